@@ -1,0 +1,86 @@
+//! `SamplerConfig`: every sampling setting, with its defaults and validation.
+
+use crate::check;
+use crate::SampleError;
+
+/// The settings of one [`crate::Sampler`]. `None` turns a filter or penalty off.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SamplerConfig {
+    /// Softmax temperature; `0` picks the most likely token (greedy). Finite and `>= 0`.
+    pub temperature: f32,
+    /// Keep only the `k` most likely tokens. `>= 1`; a `k` of at least the
+    /// vocabulary size keeps every token.
+    pub top_k: Option<usize>,
+    /// Nucleus sampling: keep the most likely tokens whose probabilities add
+    /// up to `top_p`. In `(0, 1]`; `1` keeps every token.
+    pub top_p: Option<f32>,
+    /// Keep tokens whose probability is at least `min_p` times the top
+    /// token's. In `[0, 1]`; `0` keeps every token.
+    pub min_p: Option<f32>,
+    /// The number of most likely tokens the min-p filter never removes. `>= 1`.
+    pub min_tokens_to_keep: usize,
+    /// Sign-aware multiplicative penalty for tokens in the recent window:
+    /// positive logits are divided by it, negative ones multiplied. Finite and `> 0`.
+    pub repetition_penalty: Option<f32>,
+    /// Subtracted once from the logit of every token present in the recent
+    /// window. Finite (negative values favour repetition).
+    pub presence_penalty: Option<f32>,
+    /// Subtracted from a token's logit once per occurrence in the recent
+    /// window. Finite (negative values favour repetition).
+    pub frequency_penalty: Option<f32>,
+    /// How many of the most recent history tokens the three penalties look
+    /// at (mlx-lm's `repetition_context_size`). `>= 1`.
+    pub penalty_window: usize,
+    /// `(token id, bias)` pairs added to the logits; biases of a repeated id
+    /// add up. A bias may be `-inf` (bans the token) but not NaN or `+inf`.
+    pub logit_bias: Vec<(u32, f32)>,
+    /// Seed of the sampler's random key.
+    pub seed: u64,
+}
+
+impl Default for SamplerConfig {
+    /// Greedy decoding with no filters, penalties or biases.
+    fn default() -> Self {
+        SamplerConfig {
+            temperature: 0.0,
+            top_k: None,
+            top_p: None,
+            min_p: None,
+            min_tokens_to_keep: 1,
+            repetition_penalty: None,
+            presence_penalty: None,
+            frequency_penalty: None,
+            penalty_window: 20,
+            logit_bias: Vec::new(),
+            seed: 0,
+        }
+    }
+}
+
+impl SamplerConfig {
+    /// Checks every setting against its accepted range.
+    pub fn validate(&self) -> Result<(), SampleError> {
+        check::temperature(self.temperature)?;
+        if let Some(k) = self.top_k {
+            check::top_k(k)?;
+        }
+        if let Some(p) = self.top_p {
+            check::top_p(p)?;
+        }
+        if let Some(p) = self.min_p {
+            check::min_p(p)?;
+        }
+        check::min_tokens_to_keep(self.min_tokens_to_keep)?;
+        if let Some(p) = self.repetition_penalty {
+            check::repetition_penalty(p)?;
+        }
+        if let Some(p) = self.presence_penalty {
+            check::additive_penalty("presence_penalty", p)?;
+        }
+        if let Some(p) = self.frequency_penalty {
+            check::additive_penalty("frequency_penalty", p)?;
+        }
+        check::penalty_window(self.penalty_window)?;
+        check::logit_bias(&self.logit_bias)
+    }
+}

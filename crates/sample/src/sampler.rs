@@ -1,0 +1,143 @@
+//! `Sampler`: the logits processors, the filters and the draw, in mlx-lm's order.
+
+use mlx_core::random;
+use mlx_core::{Array, Dtype};
+
+use crate::filters::{apply_min_p, apply_top_k, apply_top_p};
+use crate::processors::{
+    apply_frequency_penalty, apply_presence_penalty, apply_repetition_penalty, LogitBias,
+};
+use crate::{check, SampleError, SamplerConfig};
+
+/// Picks one token per call from a row of logits, on the device.
+#[derive(Debug)]
+pub struct Sampler {
+    /// The validated settings.
+    config: SamplerConfig,
+    /// The logit bias, built once from `config.logit_bias`.
+    bias: Option<LogitBias>,
+    /// The random key; split on every sampled (non-greedy) draw.
+    key: Array,
+}
+
+impl Sampler {
+    /// A sampler for `config`, after [`SamplerConfig::validate`].
+    pub fn new(config: SamplerConfig) -> Result<Sampler, SampleError> {
+        config.validate()?;
+        let bias = LogitBias::new(&config.logit_bias)?;
+        let key = random::key(config.seed)?;
+        Ok(Sampler { config, bias, key })
+    }
+
+    /// Whether this sampler always picks the most likely token (temperature 0).
+    pub fn is_greedy(&self) -> bool {
+        self.config.temperature == 0.0
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &SamplerConfig {
+        &self.config
+    }
+
+    /// Chooses the next token. `logits`: `[1, vocab]` of any float dtype.
+    /// `history`: the ids generated or seen so far, a 1-d int32 or uint32
+    /// array with every id below `vocab` (only its last `penalty_window`
+    /// entries are used), or `None`. Returns the id as a uint32 array of
+    /// shape `[1]`, not evaluated: nothing is read back to the host.
+    pub fn sample(
+        &mut self,
+        logits: &Array,
+        history: Option<&Array>,
+    ) -> Result<Array, SampleError> {
+        let logits = self.process_logits(logits, history)?;
+        let token = if self.is_greedy() {
+            logits.argmax(-1, false)?
+        } else {
+            let filtered = self.filter(logits)?;
+            let scaled = filtered.multiply(&Array::scalar(
+                1.0 / f64::from(self.config.temperature),
+                Dtype::Float32,
+            )?)?;
+            let (next_key, draw_key) = random::split(&self.key)?;
+            self.key = next_key;
+            random::categorical(&scaled, -1, Some(&draw_key))?
+        };
+        Ok(token.astype(Dtype::Uint32)?)
+    }
+
+    /// The logits after the processors (logit bias, then the repetition,
+    /// presence and frequency penalties), as float32 `[1, vocab]`: what
+    /// [`Sampler::sample`] filters and draws from. Same inputs as `sample`.
+    pub fn process_logits(
+        &self,
+        logits: &Array,
+        history: Option<&Array>,
+    ) -> Result<Array, SampleError> {
+        check::logits_row(logits)?;
+        let mut logits = logits.astype(Dtype::Float32)?;
+        if let Some(bias) = &self.bias {
+            logits = bias.apply(&logits)?;
+        }
+        let Some(window) = self.recent_window(history)? else {
+            return Ok(logits);
+        };
+        if let Some(penalty) = self.config.repetition_penalty {
+            logits = apply_repetition_penalty(&logits, &window, penalty)?;
+        }
+        if let Some(penalty) = self.config.presence_penalty {
+            logits = apply_presence_penalty(&logits, &window, penalty)?;
+        }
+        if let Some(penalty) = self.config.frequency_penalty {
+            logits = apply_frequency_penalty(&logits, &window, penalty)?;
+        }
+        Ok(logits)
+    }
+
+    /// The last `penalty_window` ids of `history`; `None` when no penalty is
+    /// set or the history is absent or empty.
+    fn recent_window(&self, history: Option<&Array>) -> Result<Option<Array>, SampleError> {
+        let c = &self.config;
+        let penalized = c.repetition_penalty.is_some()
+            || c.presence_penalty.is_some()
+            || c.frequency_penalty.is_some();
+        let Some(history) = history.filter(|_| penalized) else {
+            return Ok(None);
+        };
+        let shape = history.shape();
+        let dtype = history.dtype();
+        let &[n] = shape.as_slice() else {
+            return Err(SampleError::BadHistory { shape, dtype });
+        };
+        if !matches!(dtype, Dtype::Int32 | Dtype::Uint32) {
+            return Err(SampleError::BadHistory { shape, dtype });
+        }
+        if n == 0 {
+            return Ok(None);
+        }
+        let window = i32::try_from(c.penalty_window).unwrap_or(i32::MAX);
+        if n <= window {
+            return Ok(Some(history.clone()));
+        }
+        Ok(Some(history.slice(&[n - window], &[n], &[1])?))
+    }
+
+    /// The filters mlx-lm's `make_sampler` chains, in its order: top-p,
+    /// min-p, top-k. Settings that keep every token are skipped, as there.
+    /// The log-softmax is computed only for top-p, the one step that needs
+    /// probabilities: min-p, top-k and the draw give the same result for
+    /// logits shifted by a constant.
+    fn filter(&self, mut logits: Array) -> Result<Array, SampleError> {
+        let c = &self.config;
+        if let Some(p) = c.top_p.filter(|&p| p < 1.0) {
+            let logprobs = logits.subtract(&logits.logsumexp(&[-1], true)?)?;
+            logits = apply_top_p(&logprobs, p)?;
+        }
+        if let Some(p) = c.min_p.filter(|&p| p > 0.0) {
+            logits = apply_min_p(&logits, p, c.min_tokens_to_keep)?;
+        }
+        if let Some(k) = c.top_k {
+            logits = apply_top_k(&logits, k)?;
+        }
+        Ok(logits)
+    }
+}
