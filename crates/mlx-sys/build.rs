@@ -47,6 +47,7 @@ fn main() {
         .include(&include)
         .file(c_api.join("src/core.cpp"))
         .file(c_api.join("src/ops.cpp"))
+        .file(c_api.join("src/linear.cpp"))
         .flag_if_supported("-Wno-unused-parameter")
         .compile("mlx_c");
 

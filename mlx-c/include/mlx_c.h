@@ -283,6 +283,10 @@ int mlx_astype(mlx_array* out, mlx_array a, mlx_dtype dtype, mlx_stream s);
 /* ---- linear algebra -------------------------------------------------------------------- */
 
 int mlx_matmul(mlx_array* out, mlx_array a, mlx_array b, mlx_stream s);
+/** x @ wᵀ for w [N, K]. On the CPU, a single float32 row takes a
+ * matrix-vector path (cblas_sgemv) instead of MLX's sgemm, which repacks w
+ * on every call. */
+int mlx_linear(mlx_array* out, mlx_array x, mlx_array w, mlx_stream s);
 /** alpha * (a @ b) + beta * c */
 int mlx_addmm(mlx_array* out, mlx_array c, mlx_array a, mlx_array b,
               float alpha, float beta, mlx_stream s);

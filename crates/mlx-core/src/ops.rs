@@ -289,6 +289,14 @@ impl Array {
         new_array(|out| unsafe { sys::mlx_matmul(out, self.raw(), other.raw(), DEFAULT) })
     }
 
+    /// `self @ wᵀ` for `w` `[N, K]`. On the CPU a single float32 row takes a
+    /// matrix-vector path (BLAS `sgemv`) instead of a matrix product, which
+    /// would repack `w` on every call.
+    pub fn linear(&self, w: &Array) -> Result<Array> {
+        // SAFETY: live handles in, new handle out.
+        new_array(|out| unsafe { sys::mlx_linear(out, self.raw(), w.raw(), DEFAULT) })
+    }
+
     /// `alpha · (a @ b) + beta · self`.
     pub fn addmm(&self, a: &Array, b: &Array, alpha: f32, beta: f32) -> Result<Array> {
         // SAFETY: live handles in, new handle out.

@@ -496,6 +496,15 @@ unsafe extern "C" {
     ) -> ::std::os::raw::c_int;
 }
 unsafe extern "C" {
+    #[doc = " x @ wᵀ for w [N, K]. On the CPU, a single float32 row takes a\n matrix-vector path (cblas_sgemv) instead of MLX's sgemm, which repacks w\n on every call."]
+    pub fn mlx_linear(
+        out: *mut mlx_array,
+        x: mlx_array,
+        w: mlx_array,
+        s: mlx_stream,
+    ) -> ::std::os::raw::c_int;
+}
+unsafe extern "C" {
     #[doc = " alpha * (a @ b) + beta * c"]
     pub fn mlx_addmm(
         out: *mut mlx_array,
