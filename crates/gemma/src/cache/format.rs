@@ -1,0 +1,205 @@
+//! How a cache stores key or value vectors: floats of one dtype, or MLX
+//! affine quantization with per-group scales and biases.
+
+use mlx_core::{concatenate, quantize, zeros, Array, Dtype, QuantizedArray};
+
+use super::CacheError;
+
+/// The storage format of keys or of values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KvFormat {
+    /// Unquantized; `None` keeps the model's compute dtype, `Some` casts on insert.
+    Float(Option<Dtype>),
+    /// MLX affine quantization with `bits` per value in groups of `group_size`.
+    Quantized {
+        /// 2, 3, 4, 5, 6 or 8.
+        bits: i32,
+        /// 32, 64 or 128.
+        group_size: i32,
+    },
+}
+
+impl KvFormat {
+    /// Checks that the format is one MLX can store for vectors of `dim` values.
+    pub fn validate(&self, dim: i32) -> Result<(), CacheError> {
+        if let KvFormat::Quantized { bits, group_size } = *self {
+            if ![2, 3, 4, 5, 6, 8].contains(&bits) {
+                return Err(CacheError::Format(format!(
+                    "{bits}-bit KV quantization is not supported (accepted: 2, 3, 4, 5, 6, 8)"
+                )));
+            }
+            if ![32, 64, 128].contains(&group_size) {
+                return Err(CacheError::Format(format!(
+                    "KV group size {group_size} is not supported (accepted: 32, 64, 128)"
+                )));
+            }
+            if dim % group_size != 0 {
+                return Err(CacheError::Format(format!(
+                    "head dimension {dim} is not a multiple of the KV group size {group_size}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Bytes one stored vector of `dim` values takes: `dim·bits/8` packed
+    /// bytes plus `2·dim/group` scales and biases in `compute` for a quantized
+    /// format; `dim` values of the stored dtype otherwise.
+    pub fn bytes_per_vector(&self, dim: usize, compute: Dtype) -> usize {
+        match *self {
+            KvFormat::Float(dtype) => dim * dtype.unwrap_or(compute).size_bytes(),
+            KvFormat::Quantized { bits, group_size } => {
+                dim * bits as usize / 8 + 2 * (dim / group_size as usize) * compute.size_bytes()
+            }
+        }
+    }
+}
+
+/// Vectors of one kind (keys or values) laid out as `[B, heads, positions, dim]`
+/// in one of the [`KvFormat`]s. Quantized stores hold three arrays with the
+/// same leading axes; every method acts on the positions axis (2).
+#[derive(Debug, Clone)]
+pub enum KvStore {
+    /// Unquantized vectors.
+    Float(Array),
+    /// Quantized vectors.
+    Quantized(QuantizedArray),
+}
+
+impl KvStore {
+    /// Turns freshly computed vectors `[B, H, n, D]` into the format.
+    pub fn encode(x: &Array, format: KvFormat) -> Result<KvStore, CacheError> {
+        Ok(match format {
+            KvFormat::Float(None) => KvStore::Float(x.clone()),
+            KvFormat::Float(Some(dtype)) => KvStore::Float(if x.dtype() == dtype {
+                x.clone()
+            } else {
+                x.astype(dtype)?
+            }),
+            KvFormat::Quantized { bits, group_size } => {
+                KvStore::Quantized(quantize(x, group_size, bits)?)
+            }
+        })
+    }
+
+    /// The store re-encoded in `format` (used when a cache that kept its
+    /// first tokens unquantized starts quantizing). A quantized store stays
+    /// as it is.
+    pub fn convert(&self, format: KvFormat) -> Result<KvStore, CacheError> {
+        match self {
+            KvStore::Float(a) => KvStore::encode(a, format),
+            KvStore::Quantized(_) => Ok(self.clone()),
+        }
+    }
+
+    /// An all-zero store of `positions` vectors shaped like `like`.
+    pub fn zeros_like(like: &KvStore, positions: i32) -> Result<KvStore, CacheError> {
+        let resized = |a: &Array| -> Result<Array, CacheError> {
+            let mut shape = a.shape();
+            shape[2] = positions;
+            Ok(zeros(&shape, a.dtype())?)
+        };
+        Ok(match like {
+            KvStore::Float(a) => KvStore::Float(resized(a)?),
+            KvStore::Quantized(q) => KvStore::Quantized(QuantizedArray {
+                packed: resized(&q.packed)?,
+                scales: resized(&q.scales)?,
+                biases: resized(&q.biases)?,
+                group_size: q.group_size,
+                bits: q.bits,
+            }),
+        })
+    }
+
+    /// Applies `f` to every array of the store.
+    fn map(&self, f: impl Fn(&Array) -> mlx_core::Result<Array>) -> Result<KvStore, CacheError> {
+        Ok(match self {
+            KvStore::Float(a) => KvStore::Float(f(a)?),
+            KvStore::Quantized(q) => KvStore::Quantized(QuantizedArray {
+                packed: f(&q.packed)?,
+                scales: f(&q.scales)?,
+                biases: f(&q.biases)?,
+                group_size: q.group_size,
+                bits: q.bits,
+            }),
+        })
+    }
+
+    /// Applies `f` to matching arrays of two stores of the same format.
+    fn zip(
+        &self,
+        other: &KvStore,
+        f: impl Fn(&Array, &Array) -> mlx_core::Result<Array>,
+    ) -> Result<KvStore, CacheError> {
+        Ok(match (self, other) {
+            (KvStore::Float(a), KvStore::Float(b)) => KvStore::Float(f(a, b)?),
+            (KvStore::Quantized(a), KvStore::Quantized(b)) => KvStore::Quantized(QuantizedArray {
+                packed: f(&a.packed, &b.packed)?,
+                scales: f(&a.scales, &b.scales)?,
+                biases: f(&a.biases, &b.biases)?,
+                group_size: a.group_size,
+                bits: a.bits,
+            }),
+            _ => {
+                return Err(CacheError::Format(
+                    "mixing float and quantized stores".into(),
+                ))
+            }
+        })
+    }
+
+    /// The number of positions held.
+    pub fn positions(&self) -> i32 {
+        let shape = match self {
+            KvStore::Float(a) => a.shape(),
+            KvStore::Quantized(q) => q.packed.shape(),
+        };
+        shape.get(2).copied().unwrap_or(0)
+    }
+
+    /// Positions `start..stop`.
+    pub fn slice(&self, start: i32, stop: i32) -> Result<KvStore, CacheError> {
+        self.map(|a| {
+            let shape = a.shape();
+            a.slice(
+                &[0, 0, start, 0],
+                &[shape[0], shape[1], stop, shape[3]],
+                &[1, 1, 1, 1],
+            )
+        })
+    }
+
+    /// The store with `update`'s positions written from `start` on.
+    pub fn write(&self, update: &KvStore, start: i32) -> Result<KvStore, CacheError> {
+        let n = update.positions();
+        self.zip(update, |a, u| {
+            let shape = a.shape();
+            a.slice_update(
+                u,
+                &[0, 0, start, 0],
+                &[shape[0], shape[1], start + n, shape[3]],
+                &[1, 1, 1, 1],
+            )
+        })
+    }
+
+    /// The stores joined along the positions axis.
+    pub fn concat(parts: &[&KvStore]) -> Result<KvStore, CacheError> {
+        let (first, rest) = parts
+            .split_first()
+            .ok_or_else(|| CacheError::Format("concatenating no stores".into()))?;
+        let mut out = (*first).clone();
+        for part in rest {
+            out = out.zip(part, |a, b| concatenate(&[a, b], 2))?;
+        }
+        Ok(out)
+    }
+
+    /// Bytes of the arrays held.
+    pub fn nbytes(&self) -> usize {
+        match self {
+            KvStore::Float(a) => a.nbytes(),
+            KvStore::Quantized(q) => q.nbytes(),
+        }
+    }
+}

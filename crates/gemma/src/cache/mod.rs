@@ -1,0 +1,179 @@
+//! KV caches: one per layer, chosen in [`crate::model::Gemma3::make_caches`].
+//!
+//! - [`KvCache`] (global layers): grows in steps of [`STEP`] positions.
+//! - [`RotatingKvCache`] (sliding layers): a ring buffer of the window size.
+//!
+//! Both store keys and values in any [`KvFormat`] — floats or MLX affine
+//! quantization, with independent formats for keys and values — so a
+//! "quantized cache" is either kind with a quantized format: quantization is a
+//! storage format ([`KvStore`]), not a third kind of cache. Vectors are encoded
+//! as they enter, so the queries of a prefill chunk attend to the stored
+//! (possibly quantized) keys and values, their own included.
+
+mod format;
+mod plain;
+mod rotating;
+
+pub use format::{KvFormat, KvStore};
+pub use plain::KvCache;
+pub use rotating::RotatingKvCache;
+
+pub(crate) use plain::causal_mask;
+
+use mlx_core::Array;
+
+/// Positions are allocated in multiples of this many.
+pub const STEP: i32 = 256;
+
+/// Errors of cache bookkeeping.
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    /// An MLX operation failed.
+    #[error(transparent)]
+    Mlx(#[from] mlx_core::Error),
+    /// A format or argument the cache cannot take.
+    #[error("KV cache: {0}")]
+    Format(String),
+}
+
+/// The formats of one cache's keys and values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheFormat {
+    /// How keys are stored.
+    pub keys: KvFormat,
+    /// How values are stored.
+    pub values: KvFormat,
+}
+
+impl CacheFormat {
+    /// Keys and values unquantized in the compute dtype.
+    pub const COMPUTE: CacheFormat = CacheFormat {
+        keys: KvFormat::Float(None),
+        values: KvFormat::Float(None),
+    };
+
+    /// The format in effect after `offset` tokens when the cache keeps the
+    /// compute dtype until `start` tokens (mlx-lm's `quantized_kv_start`).
+    pub fn active(&self, offset: i32, start: i32) -> CacheFormat {
+        if offset < start {
+            CacheFormat::COMPUTE
+        } else {
+            *self
+        }
+    }
+}
+
+/// Re-encodes `keys` and `values` in `format` where they are still floats.
+pub(crate) fn convert_stores(
+    keys: &mut Option<KvStore>,
+    values: &mut Option<KvStore>,
+    format: CacheFormat,
+) -> Result<(), CacheError> {
+    if let Some(k) = keys.as_mut() {
+        *k = k.convert(format.keys)?;
+    }
+    if let Some(v) = values.as_mut() {
+        *v = v.convert(format.values)?;
+    }
+    Ok(())
+}
+
+/// Which keys each query may see, beyond what the returned keys already limit.
+#[derive(Debug, Clone)]
+pub enum KeyMask {
+    /// Every returned key.
+    All,
+    /// Query i sees keys up to i + (keys − queries).
+    Causal,
+    /// A boolean `[queries, keys]` array: true where the query sees the key.
+    Array(Array),
+}
+
+/// What attention reads after a cache update: the keys and values to attend
+/// to and the mask over them.
+#[derive(Debug, Clone)]
+pub struct Attend {
+    /// Keys, `[B, heads, keys, dim]` in the cache's format.
+    pub keys: KvStore,
+    /// Values, `[B, heads, keys, dim]` in the cache's format.
+    pub values: KvStore,
+    /// The mask.
+    pub mask: KeyMask,
+}
+
+/// The cache of one layer.
+#[derive(Debug, Clone)]
+pub enum LayerCache {
+    /// A global layer's cache.
+    Plain(KvCache),
+    /// A sliding layer's cache.
+    Rotating(RotatingKvCache),
+}
+
+impl LayerCache {
+    /// Stores `keys` and `values` (`[B, heads, n, dim]`, RoPE applied) and
+    /// returns what this step's queries attend to.
+    pub fn update_and_fetch(&mut self, keys: &Array, values: &Array) -> Result<Attend, CacheError> {
+        match self {
+            LayerCache::Plain(c) => c.update_and_fetch(keys, values),
+            LayerCache::Rotating(c) => c.update_and_fetch(keys, values),
+        }
+    }
+
+    /// Keeps keys and values in the compute dtype for the first `start`
+    /// tokens; when the cache reaches `start` tokens everything stored is
+    /// quantized and later tokens are quantized as they enter (mlx-lm's
+    /// `quantized_kv_start`).
+    pub fn quantize_from(self, start: i32) -> LayerCache {
+        match self {
+            LayerCache::Plain(c) => LayerCache::Plain(c.quantize_from(start)),
+            LayerCache::Rotating(c) => LayerCache::Rotating(c.quantize_from(start)),
+        }
+    }
+
+    /// Tokens seen so far (the RoPE position of the next token).
+    pub fn offset(&self) -> i32 {
+        match self {
+            LayerCache::Plain(c) => c.offset(),
+            LayerCache::Rotating(c) => c.offset(),
+        }
+    }
+
+    /// Forgets the last `n` tokens; returns how many were forgotten (fewer
+    /// when the cache cannot go back that far).
+    pub fn trim(&mut self, n: i32) -> i32 {
+        match self {
+            LayerCache::Plain(c) => c.trim(n),
+            LayerCache::Rotating(c) => c.trim(n),
+        }
+    }
+
+    /// Bytes held by the cache's arrays.
+    pub fn nbytes(&self) -> usize {
+        match self {
+            LayerCache::Plain(c) => c.nbytes(),
+            LayerCache::Rotating(c) => c.nbytes(),
+        }
+    }
+
+    /// The arrays held, for evaluation together with the logits.
+    pub fn arrays(&self) -> Vec<&Array> {
+        match self {
+            LayerCache::Plain(c) => c.arrays(),
+            LayerCache::Rotating(c) => c.arrays(),
+        }
+    }
+}
+
+/// `n` rounded up to a multiple of [`STEP`].
+pub(crate) fn round_up(n: i32) -> i32 {
+    (n + STEP - 1) / STEP * STEP
+}
+
+/// The arrays of a store.
+pub(crate) fn store_arrays(store: &KvStore) -> Vec<&Array> {
+    match store {
+        KvStore::Float(a) => vec![a],
+        KvStore::Quantized(q) => vec![&q.packed, &q.scales, &q.biases],
+    }
+}

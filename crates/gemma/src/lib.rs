@@ -1,0 +1,11 @@
+//! Gemma 3 text models on MLX: configuration, weights, tokenizer, forward pass and KV caches.
+
+pub mod cache;
+pub mod chat_template;
+pub mod config;
+pub mod convert;
+pub mod linear;
+pub mod load;
+pub mod model;
+pub mod tokenizer;
+pub mod weights;

@@ -1,0 +1,269 @@
+//! Loading a model from the files people have: a GGUF file, a Hugging Face
+//! or MLX checkpoint folder, or random weights of a published size.
+
+use std::path::{Path, PathBuf};
+
+use mlx_core::{quantize, Dtype};
+
+use crate::chat_template::{ChatTemplate, ChatTemplateError, GEMMA3_BOS_TOKEN};
+use crate::config::{ConfigError, Gemma3Config};
+use crate::linear::Linear;
+use crate::model::Gemma3;
+use crate::tokenizer::{Tokenizer, TokenizerError};
+use crate::weights::gguf::{GgufError, GgufFile};
+use crate::weights::{
+    load_gguf_tensors, load_safetensors_tensors, random_tensors, TensorMap, WeightsError,
+};
+
+/// Where a model's weights come from.
+#[derive(Debug, Clone)]
+pub enum ModelSource {
+    /// A `.gguf` file.
+    Gguf(PathBuf),
+    /// A folder with `config.json` and safetensors weights (Hugging Face or MLX).
+    Folder(PathBuf),
+    /// Random weights of a configuration, from a seed.
+    Random {
+        /// The shape.
+        config: Box<Gemma3Config>,
+        /// The seed.
+        seed: u64,
+    },
+}
+
+impl ModelSource {
+    /// A GGUF file or a checkpoint folder, told apart by what `path` is.
+    pub fn from_path(path: &Path) -> ModelSource {
+        if path.is_dir() {
+            ModelSource::Folder(path.to_path_buf())
+        } else {
+            ModelSource::Gguf(path.to_path_buf())
+        }
+    }
+}
+
+/// How to load.
+#[derive(Debug, Clone, Copy)]
+pub struct LoadOptions {
+    /// The compute dtype of weights and activations.
+    pub dtype: Dtype,
+    /// Quantize dense weights after loading: `(bits, group_size)`, MLX affine.
+    pub quantize: Option<(i32, i32)>,
+}
+
+/// A failure to load a model; the message names the file and the problem.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The GGUF file is unreadable or malformed.
+    #[error(transparent)]
+    Gguf(#[from] GgufError),
+    /// The configuration is missing or malformed.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The weights do not make a model.
+    #[error(transparent)]
+    Weights(#[from] WeightsError),
+    /// The tokenizer cannot be built.
+    #[error(transparent)]
+    Tokenizer(#[from] TokenizerError),
+    /// The chat template cannot be read.
+    #[error(transparent)]
+    ChatTemplate(#[from] ChatTemplateError),
+    /// An MLX operation failed.
+    #[error(transparent)]
+    Mlx(#[from] mlx_core::Error),
+    /// The file or folder does not exist or cannot be used.
+    #[error("{}: {message}", path.display())]
+    Path {
+        /// The path.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// A model with what goes with it.
+#[derive(Debug)]
+pub struct LoadedModel {
+    /// The model.
+    pub model: Gemma3,
+    /// Its tokenizer (random weights have none).
+    pub tokenizer: Option<Tokenizer>,
+    /// Its chat template (the built-in Gemma 3 format when it has none).
+    pub chat_template: ChatTemplate,
+    /// A short name: the file or folder name, or `random-<size>`.
+    pub name: String,
+    /// Weight quantization in effect, `(bits, group_size)`, if any.
+    pub weight_quantization: Option<(i32, i32)>,
+}
+
+/// A checkpoint's parts before they become a model.
+#[derive(Debug)]
+pub struct Checkpoint {
+    /// The hyperparameters.
+    pub config: Gemma3Config,
+    /// The tensors by Hugging Face name.
+    pub tensors: TensorMap,
+    /// The tokenizer, if the checkpoint has one.
+    pub tokenizer: Option<Tokenizer>,
+    /// The chat template.
+    pub chat_template: ChatTemplate,
+    /// A short name.
+    pub name: String,
+}
+
+/// Reads a checkpoint's configuration, tokenizer and tensors (in `dtype`).
+/// `progress(done, total)` reports tensors read.
+pub fn read_checkpoint(
+    source: &ModelSource,
+    dtype: Dtype,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Checkpoint, LoadError> {
+    Ok(match source {
+        ModelSource::Gguf(path) => {
+            check_exists(path)?;
+            let file = GgufFile::open(path)?;
+            let config = Gemma3Config::from_gguf(&file)?;
+            let tokenizer = Tokenizer::from_gguf(&file)?;
+            check_vocab(path, &config, &tokenizer)?;
+            let chat_template = ChatTemplate::from_gguf(&file)?;
+            let tensors = load_gguf_tensors(&file, dtype, progress)?;
+            Checkpoint {
+                config,
+                tensors,
+                tokenizer: Some(tokenizer),
+                chat_template,
+                name: file_name(path),
+            }
+        }
+        ModelSource::Folder(path) => {
+            check_exists(path)?;
+            let config = Gemma3Config::from_json_file(&path.join("config.json"))?;
+            let tokenizer_path = path.join("tokenizer.json");
+            let tokenizer = if tokenizer_path.is_file() {
+                Some(Tokenizer::from_file(&tokenizer_path)?)
+            } else {
+                None
+            };
+            if let Some(t) = &tokenizer {
+                check_vocab(&tokenizer_path, &config, t)?;
+            }
+            let tokenizer_config = path.join("tokenizer_config.json");
+            let chat_template = if tokenizer_config.is_file() {
+                ChatTemplate::from_tokenizer_config(&tokenizer_config)?
+            } else {
+                ChatTemplate::from_source(None, GEMMA3_BOS_TOKEN)?
+            };
+            let tensors =
+                load_safetensors_tensors(path, dtype, config.quantization.as_ref(), progress)?;
+            Checkpoint {
+                config,
+                tensors,
+                tokenizer,
+                chat_template,
+                name: file_name(path),
+            }
+        }
+        ModelSource::Random { config, seed } => {
+            let tensors = random_tensors(config, dtype, *seed)?;
+            let name = format!(
+                "random-{}-layers-{}",
+                config.hidden_size, config.num_hidden_layers
+            );
+            Checkpoint {
+                config: (**config).clone(),
+                tensors,
+                tokenizer: None,
+                chat_template: ChatTemplate::from_source(None, GEMMA3_BOS_TOKEN)?,
+                name,
+            }
+        }
+    })
+}
+
+/// Reads a model. `progress(done, total)` reports tensors read.
+pub fn load(
+    source: &ModelSource,
+    options: LoadOptions,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<LoadedModel, LoadError> {
+    let Checkpoint {
+        config,
+        tensors,
+        tokenizer,
+        chat_template,
+        name,
+    } = read_checkpoint(source, options.dtype, progress)?;
+    let checkpoint_quantization = config
+        .quantization
+        .as_ref()
+        .map(|q| (q.bits as i32, q.group_size as i32));
+    let mut model = tensors.into_model(config, options.dtype)?;
+    if let Some((bits, group_size)) = options.quantize {
+        quantize_weights(&mut model, bits, group_size)?;
+    }
+    Ok(LoadedModel {
+        model,
+        tokenizer,
+        chat_template,
+        name,
+        weight_quantization: options.quantize.or(checkpoint_quantization),
+    })
+}
+
+/// Replaces every dense projection (and the embedding) by its MLX affine
+/// quantization.
+pub fn quantize_weights(model: &mut Gemma3, bits: i32, group_size: i32) -> Result<(), LoadError> {
+    let quantize_linear = |l: &mut Linear| -> mlx_core::Result<()> {
+        if let Linear::Dense(w) = l {
+            let q = quantize(w, group_size, bits)?;
+            mlx_core::eval(&[&q.packed, &q.scales, &q.biases])?;
+            *l = Linear::Quantized(q);
+        }
+        Ok(())
+    };
+    quantize_linear(&mut model.embed)?;
+    for layer in &mut model.layers {
+        for l in [
+            &mut layer.qkv_proj,
+            &mut layer.o_proj,
+            &mut layer.gate_up_proj,
+            &mut layer.down_proj,
+        ] {
+            quantize_linear(l)?;
+        }
+    }
+    Ok(())
+}
+
+fn check_exists(path: &Path) -> Result<(), LoadError> {
+    if path.exists() {
+        Ok(())
+    } else {
+        Err(LoadError::Path {
+            path: path.to_path_buf(),
+            message: "no such file or folder".into(),
+        })
+    }
+}
+
+fn check_vocab(path: &Path, config: &Gemma3Config, tokenizer: &Tokenizer) -> Result<(), LoadError> {
+    if tokenizer.vocab_size() > config.vocab_size {
+        return Err(LoadError::Path {
+            path: path.to_path_buf(),
+            message: format!(
+                "the tokenizer has {} tokens but the model's embedding has only {} rows",
+                tokenizer.vocab_size(),
+                config.vocab_size
+            ),
+        });
+    }
+    Ok(())
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
+}

@@ -1,0 +1,314 @@
+//! The Gemma 3 text forward pass, as mlx-lm 0.32.2's `gemma3_text.py` computes it.
+//!
+//! Per layer: `h = x + norm(attn(norm(x)))`, `out = h + norm(mlp(norm(h)))`,
+//! with q/k RMSNorm after the head split and before RoPE, RoPE base 10000 on
+//! sliding layers and `rope_theta` (linearly scaled where configured) on
+//! global ones, grouped-query attention scaled by `query_pre_attn_scalar^-½`,
+//! and a gated tanh-GELU MLP. RMSNorm weights arrive with the `1 +` already
+//! folded in (done once by the loaders). The Q/K/V projections are one fused
+//! matrix, as are the gate and up projections.
+
+use mlx_core::fast::{rms_norm, rope, scaled_dot_product_attention, AttentionMask, RopeOffset};
+use mlx_core::{Array, Dtype};
+
+use crate::cache::{
+    Attend, CacheError, CacheFormat, KeyMask, KvCache, KvStore, LayerCache, RotatingKvCache,
+};
+use crate::config::Gemma3Config;
+use crate::linear::Linear;
+
+/// Errors of the forward pass.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    /// An MLX operation failed.
+    #[error(transparent)]
+    Mlx(#[from] mlx_core::Error),
+    /// A cache operation failed.
+    #[error(transparent)]
+    Cache(#[from] CacheError),
+    /// The caller passed something the model cannot take.
+    #[error("{0}")]
+    Input(String),
+}
+
+/// One transformer block's weights.
+#[derive(Debug, Clone)]
+pub struct Layer {
+    /// Pre-attention RMSNorm weight (1 + w).
+    pub input_norm: Array,
+    /// Fused `[q; k; v]` projection, `[(Hq + 2·Hkv)·D, hidden]`.
+    pub qkv_proj: Linear,
+    /// Output projection, `[hidden, Hq·D]`.
+    pub o_proj: Linear,
+    /// Per-head query RMSNorm weight (1 + w).
+    pub q_norm: Array,
+    /// Per-head key RMSNorm weight (1 + w).
+    pub k_norm: Array,
+    /// Post-attention RMSNorm weight (1 + w).
+    pub post_attention_norm: Array,
+    /// Pre-MLP RMSNorm weight (1 + w).
+    pub pre_feedforward_norm: Array,
+    /// Fused `[gate; up]` projection, `[2·intermediate, hidden]`.
+    pub gate_up_proj: Linear,
+    /// Down projection, `[hidden, intermediate]`.
+    pub down_proj: Linear,
+    /// Post-MLP RMSNorm weight (1 + w).
+    pub post_feedforward_norm: Array,
+}
+
+/// A loaded Gemma 3 text model.
+#[derive(Debug, Clone)]
+pub struct Gemma3 {
+    /// The hyperparameters.
+    pub config: Gemma3Config,
+    /// The compute dtype of activations.
+    pub dtype: Dtype,
+    /// Token embeddings `[vocab, hidden]`, also the (tied) output projection.
+    pub embed: Linear,
+    /// The transformer blocks.
+    pub layers: Vec<Layer>,
+    /// Final RMSNorm weight (1 + w).
+    pub norm: Array,
+}
+
+impl Gemma3 {
+    /// One cache per layer: rotating (window-sized) for sliding layers, plain
+    /// for global ones, all storing keys and values in `format`.
+    pub fn make_caches(&self, format: CacheFormat) -> Result<Vec<LayerCache>, ModelError> {
+        let dim = self.config.head_dim as i32;
+        format.keys.validate(dim)?;
+        format.values.validate(dim)?;
+        (0..self.config.num_hidden_layers)
+            .map(|i| {
+                Ok(if self.config.is_sliding(i) {
+                    LayerCache::Rotating(RotatingKvCache::new(
+                        self.config.sliding_window as i32,
+                        format,
+                    )?)
+                } else {
+                    LayerCache::Plain(KvCache::new(format))
+                })
+            })
+            .collect()
+    }
+
+    /// Logits `[B, L, vocab]` for token ids `[B, L]` (int32) following what
+    /// `caches` hold; the caches take the new tokens.
+    pub fn forward(&self, tokens: &Array, caches: &mut [LayerCache]) -> Result<Array, ModelError> {
+        let h = self.hidden(tokens, caches)?;
+        Ok(self.embed.forward(&h)?)
+    }
+
+    /// The final normalized hidden states `[B, L, hidden]`.
+    pub fn hidden(&self, tokens: &Array, caches: &mut [LayerCache]) -> Result<Array, ModelError> {
+        if caches.len() != self.layers.len() {
+            return Err(ModelError::Input(format!(
+                "{} caches given for {} layers",
+                caches.len(),
+                self.layers.len()
+            )));
+        }
+        if tokens.ndim() != 2 {
+            return Err(ModelError::Input(format!(
+                "token ids must be [batch, length], got {:?}",
+                tokens.shape()
+            )));
+        }
+        let mut h = self.embed.rows(tokens)?;
+        if h.dtype() != self.dtype {
+            h = h.astype(self.dtype)?;
+        }
+        // mlx-lm rounds the scale through bfloat16 before multiplying.
+        let scale = Array::scalar((self.config.hidden_size as f64).sqrt(), Dtype::Bfloat16)?
+            .astype(self.dtype)?;
+        h = h.multiply(&scale)?;
+        for (i, (layer, cache)) in self.layers.iter().zip(caches.iter_mut()).enumerate() {
+            h = self.block(i, layer, &h, cache)?;
+        }
+        Ok(rms_norm(&h, Some(&self.norm), self.config.rms_norm_eps)?)
+    }
+
+    fn block(
+        &self,
+        index: usize,
+        layer: &Layer,
+        x: &Array,
+        cache: &mut LayerCache,
+    ) -> Result<Array, ModelError> {
+        let eps = self.config.rms_norm_eps;
+        let r = self.attention(
+            index,
+            layer,
+            &rms_norm(x, Some(&layer.input_norm), eps)?,
+            cache,
+        )?;
+        let h = x.add(&rms_norm(&r, Some(&layer.post_attention_norm), eps)?)?;
+        let r = self.mlp(
+            layer,
+            &rms_norm(&h, Some(&layer.pre_feedforward_norm), eps)?,
+        )?;
+        Ok(h.add(&rms_norm(&r, Some(&layer.post_feedforward_norm), eps)?)?)
+    }
+
+    fn mlp(&self, layer: &Layer, x: &Array) -> Result<Array, ModelError> {
+        let inter = self.config.intermediate_size as i32;
+        let gate_up = layer.gate_up_proj.forward(x)?;
+        let shape = gate_up.shape();
+        let (b, l) = (shape[0], shape[1]);
+        let gate = gate_up.slice(&[0, 0, 0], &[b, l, inter], &[1, 1, 1])?;
+        let up = gate_up.slice(&[0, 0, inter], &[b, l, 2 * inter], &[1, 1, 1])?;
+        Ok(layer
+            .down_proj
+            .forward(&gelu_approx(&gate)?.multiply(&up)?)?)
+    }
+
+    fn attention(
+        &self,
+        index: usize,
+        layer: &Layer,
+        x: &Array,
+        cache: &mut LayerCache,
+    ) -> Result<Array, ModelError> {
+        let c = &self.config;
+        let (hq, hkv, d) = (
+            c.num_attention_heads as i32,
+            c.num_key_value_heads as i32,
+            c.head_dim as i32,
+        );
+        let shape = x.shape();
+        let (b, l) = (shape[0], shape[1]);
+        let qkv = layer.qkv_proj.forward(x)?;
+        let heads = |start: i32, count: i32| -> mlx_core::Result<Array> {
+            qkv.slice(&[0, 0, start * d], &[b, l, (start + count) * d], &[1, 1, 1])?
+                .reshape(&[b, l, count, d])?
+                .transpose(&[0, 2, 1, 3])
+        };
+        let q = rms_norm(&heads(0, hq)?, Some(&layer.q_norm), c.rms_norm_eps)?;
+        let k = rms_norm(&heads(hq, hkv)?, Some(&layer.k_norm), c.rms_norm_eps)?;
+        let v = heads(hq + hkv, hkv)?;
+
+        let (base, scale) = if c.is_sliding(index) {
+            (c.rope_local_base_freq, 1.0)
+        } else {
+            (c.rope_theta, 1.0 / c.rope_scaling.unwrap_or(1.0))
+        };
+        let offset = RopeOffset::Fixed(cache.offset());
+        let q = rope(&q, d, false, base, scale, offset)?;
+        let k = rope(&k, d, false, base, scale, offset)?;
+        let attend = cache.update_and_fetch(&k, &v)?;
+        let out = attend_to(&q, &attend, c.attention_scale())?;
+        let out = out.transpose(&[0, 2, 1, 3])?.reshape(&[b, l, hq * d])?;
+        Ok(layer.o_proj.forward(&out)?)
+    }
+
+    /// Bytes held by the weights.
+    pub fn weight_bytes(&self) -> usize {
+        self.arrays().iter().map(|a| a.nbytes()).sum()
+    }
+
+    /// Every weight array.
+    pub fn arrays(&self) -> Vec<&Array> {
+        let mut out = self.embed.arrays();
+        out.push(&self.norm);
+        for l in &self.layers {
+            out.extend([&l.input_norm, &l.q_norm, &l.k_norm, &l.post_attention_norm]);
+            out.extend([&l.pre_feedforward_norm, &l.post_feedforward_norm]);
+            for p in [&l.qkv_proj, &l.o_proj, &l.gate_up_proj, &l.down_proj] {
+                out.extend(p.arrays());
+            }
+        }
+        out
+    }
+}
+
+/// mlx's `gelu_approx`: `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`.
+fn gelu_approx(x: &Array) -> mlx_core::Result<Array> {
+    let dtype = x.dtype();
+    let c = |v: f64| Array::scalar(v, dtype);
+    let cube = x.multiply(x)?.multiply(x)?;
+    let inner = x
+        .add(&cube.multiply(&c(0.044715)?)?)?
+        .multiply(&c((2.0 / std::f64::consts::PI).sqrt())?)?;
+    x.multiply(&c(0.5)?)?
+        .multiply(&inner.tanh()?.add(&c(1.0)?)?)
+}
+
+/// Attention of queries `[B, Hq, L, D]` over what a cache returned.
+fn attend_to(q: &Array, attend: &Attend, scale: f32) -> Result<Array, ModelError> {
+    if let (KvStore::Float(k), KvStore::Float(v)) = (&attend.keys, &attend.values) {
+        let mask = match &attend.mask {
+            KeyMask::All => AttentionMask::None,
+            KeyMask::Causal => AttentionMask::Causal,
+            KeyMask::Array(m) => AttentionMask::Array(m),
+        };
+        return Ok(scaled_dot_product_attention(q, k, v, scale, mask)?);
+    }
+    quantized_attention(q, attend, scale)
+}
+
+/// Attention where keys or values are quantized, computed on the packed data
+/// as mlx-lm's `quantized_scaled_dot_product_attention` does.
+fn quantized_attention(q: &Array, attend: &Attend, scale: f32) -> Result<Array, ModelError> {
+    let shape = q.shape();
+    let (b, hq, l, d) = (shape[0], shape[1], shape[2], shape[3]);
+    let kv_shape = match &attend.keys {
+        KvStore::Float(k) => k.shape(),
+        KvStore::Quantized(k) => k.packed.shape(),
+    };
+    let hkv = kv_shape[1];
+    let repeats = hq / hkv;
+    let dtype = q.dtype();
+    let mut queries = q.multiply(&Array::scalar(scale as f64, dtype)?)?;
+    let expand = |s: &KvStore| -> mlx_core::Result<KvStore> {
+        Ok(match s {
+            KvStore::Float(a) => KvStore::Float(a.expand_dims(&[-3])?),
+            KvStore::Quantized(x) => KvStore::Quantized(mlx_core::QuantizedArray {
+                packed: x.packed.expand_dims(&[-3])?,
+                scales: x.scales.expand_dims(&[-3])?,
+                biases: x.biases.expand_dims(&[-3])?,
+                group_size: x.group_size,
+                bits: x.bits,
+            }),
+        })
+    };
+    let (keys, values) = if repeats > 1 {
+        queries = queries.reshape(&[b, hkv, repeats, l, d])?;
+        (expand(&attend.keys)?, expand(&attend.values)?)
+    } else {
+        (attend.keys.clone(), attend.values.clone())
+    };
+    let mut scores = match &keys {
+        KvStore::Float(k) => queries.matmul(&k.swapaxes(-1, -2)?)?,
+        KvStore::Quantized(k) => k.matmul(&queries, true)?,
+    };
+    let n_keys = scores.dim(-1)?;
+    let mask = match &attend.mask {
+        KeyMask::All => None,
+        KeyMask::Causal => Some(crate::cache::causal_mask(l, n_keys - l, n_keys)?),
+        KeyMask::Array(m) => Some(m.clone()),
+    };
+    if let Some(mask) = mask {
+        let lowest = Array::scalar(lowest_value(scores.dtype()), scores.dtype())?;
+        scores = mlx_core::where_(&mask, &scores, &lowest)?;
+    }
+    let probs = scores.softmax(&[-1], true)?;
+    let out = match &values {
+        KvStore::Float(v) => probs.matmul(v)?,
+        KvStore::Quantized(v) => v.matmul(&probs, false)?,
+    };
+    Ok(if repeats > 1 {
+        out.reshape(&[b, hq, l, d])?
+    } else {
+        out
+    })
+}
+
+/// The most negative finite value of a float dtype (numpy's `finfo.min`).
+fn lowest_value(dtype: Dtype) -> f64 {
+    match dtype {
+        Dtype::Float16 => -65504.0,
+        Dtype::Bfloat16 => -3.3895313892515355e38,
+        Dtype::Float64 => f64::MIN,
+        _ => f32::MIN as f64,
+    }
+}

@@ -1,0 +1,216 @@
+//! The caches inside the model: a tiny random Gemma 3 (two sliding layers of
+//! window 8, one global layer) gives the same logits for a 40-token sequence
+//! whether it is computed in one forward, token by token, or in chunks of 7,
+//! which drives the rotating cache through its ring buffer and through
+//! chunked prefill past the window.
+
+use gemma::cache::{CacheFormat, KvFormat, LayerCache};
+use gemma::config::Gemma3Config;
+use gemma::load::{load, LoadOptions, ModelSource};
+use gemma::model::Gemma3;
+use mlx_core::{concatenate, Array, Dtype};
+
+const TOKENS: usize = 40;
+const WINDOW: usize = 8;
+
+fn tiny_config(window: usize) -> Gemma3Config {
+    let mut c = Gemma3Config::published("270m", Some(3)).expect("published config");
+    c.hidden_size = 64;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+    c.head_dim = 64;
+    c.query_pre_attn_scalar = 64.0;
+    c.intermediate_size = 128;
+    c.vocab_size = 256;
+    c.sliding_window = window;
+    c.sliding_window_pattern = 3;
+    c
+}
+
+fn tiny_model(window: usize) -> Gemma3 {
+    let source = ModelSource::Random {
+        config: Box::new(tiny_config(window)),
+        seed: 17,
+    };
+    let options = LoadOptions {
+        dtype: Dtype::Float32,
+        quantize: None,
+    };
+    let loaded = load(&source, options, &mut |_, _| {}).expect("random model");
+    assert_eq!(loaded.model.layers.len(), 3);
+    assert!(loaded.tokenizer.is_none());
+    loaded.model
+}
+
+/// 40 token ids below the vocabulary size.
+fn token_ids() -> Vec<i32> {
+    (0..TOKENS as i32).map(|i| (i * 37 + 11) % 256).collect()
+}
+
+/// Logits `[TOKENS, vocab]` computed in chunks of `chunk` tokens (all at once for `TOKENS`).
+fn logits(model: &Gemma3, format: CacheFormat, chunk: usize) -> Vec<f32> {
+    let mut caches = model.make_caches(format).expect("caches");
+    let ids = token_ids();
+    let mut parts = Vec::new();
+    for piece in ids.chunks(chunk) {
+        let tokens = Array::from_slice(piece, &[1, piece.len() as i32]).expect("tokens");
+        let out = model.forward(&tokens, &mut caches).expect("forward");
+        let mut arrays = vec![&out];
+        let held: Vec<&Array> = caches.iter().flat_map(LayerCache::arrays).collect();
+        arrays.extend(held);
+        mlx_core::eval(&arrays).expect("eval");
+        parts.push(out);
+    }
+    assert!(caches.iter().all(|c| c.offset() == TOKENS as i32));
+    let parts: Vec<&Array> = parts.iter().collect();
+    let all = concatenate(&parts, 1).expect("concatenate");
+    assert_eq!(all.shape(), vec![1, TOKENS as i32, 256]);
+    all.to_vec::<f32>().expect("logits")
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+fn max_abs(a: &[f32]) -> f32 {
+    a.iter().map(|x| x.abs()).fold(0.0, f32::max)
+}
+
+#[test]
+fn the_tiny_config_is_sliding_sliding_global() {
+    let c = tiny_config(WINDOW);
+    assert_eq!(
+        (0..3).map(|i| c.is_sliding(i)).collect::<Vec<_>>(),
+        vec![true, true, false]
+    );
+    let model = tiny_model(WINDOW);
+    let caches = model.make_caches(CacheFormat::COMPUTE).expect("caches");
+    assert!(matches!(&caches[0], LayerCache::Rotating(r) if r.window() == WINDOW as i32));
+    assert!(matches!(&caches[1], LayerCache::Rotating(_)));
+    assert!(matches!(&caches[2], LayerCache::Plain(_)));
+}
+
+#[test]
+fn float_cache_logits_do_not_depend_on_chunking() {
+    let model = tiny_model(WINDOW);
+    let whole = logits(&model, CacheFormat::COMPUTE, TOKENS);
+    assert!(whole.iter().all(|x| x.is_finite()));
+    let by_token = logits(&model, CacheFormat::COMPUTE, 1);
+    let by_seven = logits(&model, CacheFormat::COMPUTE, 7);
+    let (d1, d7) = (max_diff(&whole, &by_token), max_diff(&whole, &by_seven));
+    println!(
+        "float cache: max |logit| {:.4}, one-shot vs token-by-token {d1:e}, vs chunks of 7 {d7:e}",
+        max_abs(&whole)
+    );
+    assert!(d1 < 1e-4, "token by token differs by {d1}");
+    assert!(d7 < 1e-4, "chunks of 7 differ by {d7}");
+
+    // The comparison can tell windows apart: with a window covering the
+    // whole sequence the logits past position 8 move by far more than 1e-4.
+    let wide = logits(&tiny_model(TOKENS), CacheFormat::COMPUTE, TOKENS);
+    let past_window = 256 * WINDOW;
+    let moved = max_diff(&whole[past_window..], &wide[past_window..]);
+    let before = max_diff(&whole[..past_window], &wide[..past_window]);
+    println!("window 8 vs window 40: positions < 8 differ by {before:e}, later ones by {moved:e}");
+    assert!(
+        before < 1e-4,
+        "the first 8 positions see the same keys: {before}"
+    );
+    assert!(
+        moved > 1e-2,
+        "the window changes later logits by only {moved}"
+    );
+}
+
+/// Keys and values quantized with `bits` bits in groups of 64.
+fn quantized(bits: i32) -> CacheFormat {
+    let q = KvFormat::Quantized {
+        bits,
+        group_size: 64,
+    };
+    CacheFormat { keys: q, values: q }
+}
+
+#[test]
+fn eight_bit_cache_logits_are_finite_and_close() {
+    let model = tiny_model(WINDOW);
+    let float = logits(&model, CacheFormat::COMPUTE, TOKENS);
+    let whole = logits(&model, quantized(8), TOKENS);
+    let by_token = logits(&model, quantized(8), 1);
+    let by_seven = logits(&model, quantized(8), 7);
+    for (name, l) in [
+        ("one-shot", &whole),
+        ("token by token", &by_token),
+        ("chunks of 7", &by_seven),
+    ] {
+        assert!(l.iter().all(|x| x.is_finite()), "{name}: non-finite logits");
+    }
+    let scale = max_abs(&float);
+    let (d1, d7, dq) = (
+        max_diff(&whole, &by_token),
+        max_diff(&whole, &by_seven),
+        max_diff(&whole, &float),
+    );
+    // Chunking changes float rounding upstream of the cache, which can move
+    // a value across a quantization boundary: close, not identical.
+    println!(
+        "8-bit cache: one-shot vs token-by-token {d1:e}, vs chunks of 7 {d7:e}, \
+         vs float cache {dq:e} (max |logit| {scale:.4})"
+    );
+    assert!(d1 < 0.01 * scale, "token by token differs by {d1}");
+    assert!(d7 < 0.01 * scale, "chunks of 7 differ by {d7}");
+    assert!(dq < 0.05 * scale, "8-bit vs float cache differs by {dq}");
+    // The error is quantization's: 4 bits are an order of magnitude worse.
+    let d4 = max_diff(&logits(&model, quantized(4), TOKENS), &float);
+    println!("4-bit cache vs float cache {d4:e}");
+    assert!(d4 > 4.0 * dq, "4-bit error {d4} vs 8-bit error {dq}");
+}
+
+#[test]
+fn make_caches_rejects_formats_mlx_cannot_store() {
+    let model = tiny_model(WINDOW);
+    let bad = [
+        (
+            KvFormat::Quantized {
+                bits: 7,
+                group_size: 64,
+            },
+            "2, 3, 4, 5, 6, 8",
+        ),
+        (
+            KvFormat::Quantized {
+                bits: 4,
+                group_size: 48,
+            },
+            "32, 64, 128",
+        ),
+        (
+            KvFormat::Quantized {
+                bits: 4,
+                group_size: 128,
+            },
+            "head dimension 64",
+        ),
+    ];
+    for (format, needle) in bad {
+        for cache_format in [
+            CacheFormat {
+                keys: format,
+                values: KvFormat::Float(None),
+            },
+            CacheFormat {
+                keys: KvFormat::Float(None),
+                values: format,
+            },
+        ] {
+            let message = model
+                .make_caches(cache_format)
+                .expect_err("an invalid format")
+                .to_string();
+            assert!(message.contains(needle), "{message:?} lacks {needle:?}");
+        }
+    }
+}
