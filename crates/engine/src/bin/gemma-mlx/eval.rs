@@ -1,0 +1,352 @@
+//! `kld` and `trajectory`: KV-cache fidelity against a reference format.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use engine::kld::report::{CandidateReport, KldReport, KldSettingsReport};
+use engine::kld::stats::KldStats;
+use engine::kld::sweep::{chunks, sweep, ChunkSettings, Side};
+use engine::kld::trajectory::{agreement, greedy_ids, parse_prompts, TrajectoryPrompt};
+use engine::{Engine, GenerateOptions, KvSpec};
+use indicatif::{ProgressBar, ProgressStyle};
+use mlx_core::device;
+use sha2::{Digest, Sha256};
+
+use crate::model_args::ModelArgs;
+use crate::output::print_json;
+
+/// `kld`.
+#[derive(Debug, Args)]
+pub struct KldArgs {
+    /// Text to score (tokenized without special tokens).
+    #[arg(long)]
+    pub corpus: PathBuf,
+    /// The reference KV spec (default: the compute dtype).
+    #[arg(long = "ref", default_value = "")]
+    pub reference: String,
+    /// A candidate KV spec (repeatable).
+    #[arg(long = "cand")]
+    pub candidates: Vec<String>,
+    /// Tokens per chunk.
+    #[arg(long, default_value_t = 512)]
+    pub ctx: usize,
+    /// Most chunks to score.
+    #[arg(long, default_value_t = 32)]
+    pub chunks: usize,
+    /// Replace each chunk's first token with `<bos>`.
+    #[arg(long)]
+    pub bos: bool,
+    /// Score only the second half of each chunk.
+    #[arg(long)]
+    pub second_half: bool,
+    /// Run the reference spec through the candidate path and check KLD 0.
+    #[arg(long)]
+    pub self_test: bool,
+    /// Also score greedy trajectories of these prompts (JSON lines).
+    #[arg(long)]
+    pub prompts: Option<PathBuf>,
+    /// Tokens per trajectory.
+    #[arg(long, default_value_t = 128)]
+    pub max_tokens: usize,
+    /// Recompute the reference for every candidate (the existing tool's method).
+    #[arg(long)]
+    pub two_forwards: bool,
+    /// Reference model for a model-against-model comparison.
+    #[arg(long, requires = "cand_model")]
+    pub ref_model: Option<PathBuf>,
+    /// Candidate model for a model-against-model comparison.
+    #[arg(long, requires = "ref_model")]
+    pub cand_model: Option<PathBuf>,
+    /// The model (when not comparing two models).
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Print one JSON object on stdout's last line.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write the JSON object to this file.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+/// `trajectory`.
+#[derive(Debug, Args)]
+pub struct TrajectoryArgs {
+    /// Prompts, one JSON object per line: {"prompt": "...", "chat": false}.
+    #[arg(long)]
+    pub prompts: PathBuf,
+    /// The reference KV spec.
+    #[arg(long = "ref", default_value = "")]
+    pub reference: String,
+    /// A candidate KV spec (repeatable).
+    #[arg(long = "cand", required = true)]
+    pub candidates: Vec<String>,
+    /// Tokens per trajectory.
+    #[arg(long, default_value_t = 128)]
+    pub max_tokens: usize,
+    /// The model.
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Print one JSON object on stdout's last line.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write the JSON object to this file.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+fn load_with(model: &ModelArgs, path: Option<&PathBuf>, quiet: bool) -> Result<Engine> {
+    let mut args = model.clone();
+    if let Some(path) = path {
+        args.model = Some(path.clone());
+        args.random_weights = None;
+    }
+    args.load(quiet)
+}
+
+fn greedy_options(spec: &KvSpec, max_tokens: usize) -> Result<GenerateOptions> {
+    Ok(GenerateOptions {
+        max_tokens,
+        cache_format: spec.cache_format()?,
+        kv_start: spec.start,
+        ..GenerateOptions::default()
+    })
+}
+
+fn read_prompts(path: &Path) -> Result<Vec<TrajectoryPrompt>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(parse_prompts(&text, &path.display().to_string())?)
+}
+
+fn finish(report: &KldReport, json: bool, out: Option<&PathBuf>) -> Result<()> {
+    let value = serde_json::to_value(report)?;
+    if let Some(out) = out {
+        std::fs::write(out, serde_json::to_string_pretty(&value)?)
+            .with_context(|| format!("writing {}", out.display()))?;
+    }
+    print!("{}", report.table());
+    if json {
+        print_json(&value)?;
+    }
+    Ok(())
+}
+
+/// Runs `kld`.
+pub fn kld(args: KldArgs) -> Result<()> {
+    let reference_spec = KvSpec::parse(&args.reference)?;
+    let mut specs = args
+        .candidates
+        .iter()
+        .map(|c| KvSpec::parse(c))
+        .collect::<Result<Vec<_>, _>>()?;
+    if args.self_test {
+        specs.insert(0, reference_spec.clone());
+    }
+    let two_models = args.ref_model.is_some();
+    if specs.is_empty() {
+        if !two_models {
+            bail!("no candidates: give --cand SPEC (repeatable), --self-test, or --ref-model/--cand-model");
+        }
+        specs.push(reference_spec.clone());
+    }
+    let ref_engine = load_with(&args.model, args.ref_model.as_ref(), args.json)?;
+    let cand_engine = match &args.cand_model {
+        Some(path) => Some(load_with(&args.model, Some(path), args.json)?),
+        None => None,
+    };
+    let cand_model = cand_engine.as_ref().unwrap_or(&ref_engine);
+    let corpus = std::fs::read(&args.corpus)
+        .with_context(|| format!("reading {}", args.corpus.display()))?;
+    let text = String::from_utf8(corpus.clone())
+        .with_context(|| format!("{} is not UTF-8 text", args.corpus.display()))?;
+    let tokenizer = ref_engine.tokenizer()?;
+    let tokens = tokenizer.encode_plain(&text)?;
+    let settings = ChunkSettings {
+        ctx: args.ctx,
+        chunks: args.chunks,
+        bos: args.bos.then(|| tokenizer.bos_id()),
+        second_half: args.second_half,
+        two_forwards: args.two_forwards,
+    };
+    let chunk_list = chunks(&tokens, &settings)?;
+    let reference = Side {
+        model: &ref_engine.loaded.model,
+        format: reference_spec.cache_format()?,
+        start: reference_spec.start,
+    };
+    let sides = specs
+        .iter()
+        .map(|s| {
+            Ok(Side {
+                model: &cand_model.loaded.model,
+                format: s.cache_format()?,
+                start: s.start,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let bar = if args.json {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(chunk_list.len() as u64)
+    };
+    bar.set_style(
+        ProgressStyle::with_template("kld [{bar:30}] {pos}/{len} chunks {elapsed}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let start = Instant::now();
+    let result = sweep(
+        &reference,
+        &sides,
+        &chunk_list,
+        &settings,
+        &mut |done, _| bar.set_position(done as u64),
+    )?;
+    let seconds = start.elapsed().as_secs_f64();
+    bar.finish_and_clear();
+
+    let trajectories = match &args.prompts {
+        Some(path) => {
+            let prompts = read_prompts(path)?;
+            let reference_ids = greedy_ids(
+                &ref_engine,
+                &prompts,
+                &greedy_options(&reference_spec, args.max_tokens)?,
+            )?;
+            let mut per_candidate = Vec::new();
+            for spec in &specs {
+                let ids = greedy_ids(
+                    cand_model,
+                    &prompts,
+                    &greedy_options(spec, args.max_tokens)?,
+                )?;
+                per_candidate.push(Some(
+                    reference_ids
+                        .iter()
+                        .zip(&ids)
+                        .map(|(r, c)| agreement(r, c))
+                        .collect::<Vec<_>>(),
+                ));
+            }
+            per_candidate
+        }
+        None => vec![None; specs.len()],
+    };
+
+    let dtype = ref_engine.loaded.model.dtype;
+    let mut candidates = Vec::new();
+    for (i, spec) in specs.iter().enumerate() {
+        let stats = KldStats::from_samples(&result.samples[i]);
+        if stats.is_none() {
+            bail!(
+                "candidate '{}': every scored position was non-finite",
+                spec.text
+            );
+        }
+        candidates.push(CandidateReport::new(
+            spec.text.clone(),
+            spec.canonical(dtype),
+            stats,
+            Some(result.candidate_cache_bytes[i]),
+            trajectories[i].clone(),
+        ));
+    }
+    let report = KldReport {
+        settings: KldSettingsReport {
+            model: ref_engine.loaded.name.clone(),
+            cand_model: cand_engine.as_ref().map(|e| e.loaded.name.clone()),
+            corpus: args.corpus.display().to_string(),
+            corpus_sha256: format!("{:x}", Sha256::digest(&corpus)),
+            ctx: args.ctx,
+            chunks: result.chunks,
+            chunks_requested: args.chunks,
+            bos: args.bos,
+            second_half: args.second_half,
+            two_forwards: args.two_forwards,
+            forwards: result.forwards,
+            seconds,
+            mlx_version: device::mlx_version(),
+            device: device::default_device()?.name().to_string(),
+            dtype: dtype.name().to_string(),
+            reference_spec: reference_spec.text.clone(),
+            reference_canonical: reference_spec.canonical(dtype),
+            reference_kv_cache_bytes: result.reference_cache_bytes,
+        },
+        candidates,
+    };
+    finish(&report, args.json, args.out.as_ref())?;
+    if args.self_test {
+        let c = &report.candidates[0];
+        let stats = c.stats.as_ref();
+        let passed = stats.is_some_and(|s| s.mean_kld == 0.0 && s.same_top_percent == 100.0)
+            && c.composite >= 99.5;
+        if !passed {
+            bail!("self-test failed: the reference run through the candidate path gives mean KLD {:?}, composite {:.3}", stats.map(|s| s.mean_kld), c.composite);
+        }
+        eprintln!(
+            "self-test passed: KLD 0, 100% same top token, composite {:.2}",
+            c.composite
+        );
+    }
+    Ok(())
+}
+
+/// Runs `trajectory`.
+pub fn trajectory(args: TrajectoryArgs) -> Result<()> {
+    let reference_spec = KvSpec::parse(&args.reference)?;
+    let specs = args
+        .candidates
+        .iter()
+        .map(|c| KvSpec::parse(c))
+        .collect::<Result<Vec<_>, _>>()?;
+    let prompts = read_prompts(&args.prompts)?;
+    let engine = args.model.load(args.json)?;
+    let dtype = engine.loaded.model.dtype;
+    let start = Instant::now();
+    let reference_ids = greedy_ids(
+        &engine,
+        &prompts,
+        &greedy_options(&reference_spec, args.max_tokens)?,
+    )?;
+    let mut candidates = Vec::new();
+    for spec in &specs {
+        let ids = greedy_ids(&engine, &prompts, &greedy_options(spec, args.max_tokens)?)?;
+        let agreements = reference_ids
+            .iter()
+            .zip(&ids)
+            .map(|(r, c)| agreement(r, c))
+            .collect();
+        candidates.push(CandidateReport::new(
+            spec.text.clone(),
+            spec.canonical(dtype),
+            None,
+            None,
+            Some(agreements),
+        ));
+    }
+    let report = KldReport {
+        settings: KldSettingsReport {
+            model: engine.loaded.name.clone(),
+            cand_model: None,
+            corpus: args.prompts.display().to_string(),
+            corpus_sha256: format!("{:x}", Sha256::digest(std::fs::read(&args.prompts)?)),
+            ctx: 0,
+            chunks: 0,
+            chunks_requested: 0,
+            bos: false,
+            second_half: false,
+            two_forwards: false,
+            forwards: 0,
+            seconds: start.elapsed().as_secs_f64(),
+            mlx_version: device::mlx_version(),
+            device: device::default_device()?.name().to_string(),
+            dtype: dtype.name().to_string(),
+            reference_spec: reference_spec.text.clone(),
+            reference_canonical: reference_spec.canonical(dtype),
+            reference_kv_cache_bytes: 0,
+        },
+        candidates,
+    };
+    finish(&report, args.json, args.out.as_ref())
+}

@@ -1,0 +1,167 @@
+//! Choosing, loading and placing the model.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, ValueEnum};
+use engine::Engine;
+use gemma::config::Gemma3Config;
+use gemma::load::{load, LoadOptions, ModelSource};
+use indicatif::{ProgressBar, ProgressStyle};
+use mlx_core::{device, memory, Device, Dtype};
+
+/// Where the model comes from and how it runs.
+#[derive(Debug, Args, Clone)]
+pub struct ModelArgs {
+    /// A GGUF file or a safetensors checkpoint folder (default: the model
+    /// provisioned by `cargo xtask setup`).
+    #[arg(long, conflicts_with = "random_weights")]
+    pub model: Option<PathBuf>,
+    /// Random weights of a published size: 270m, 1b, 4b, 12b, 27b.
+    #[arg(long)]
+    pub random_weights: Option<String>,
+    /// With --random-weights: keep only the first N layers.
+    #[arg(long, requires = "random_weights")]
+    pub layers: Option<usize>,
+    /// Compute device (default: gpu when this MLX build has one).
+    #[arg(long, value_enum)]
+    pub device: Option<DeviceArg>,
+    /// Compute dtype (default: float32 on cpu, bfloat16 on gpu).
+    #[arg(long, value_enum)]
+    pub dtype: Option<DtypeArg>,
+    /// Quantize the weights after loading (MLX affine, group 64).
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(["4", "8"]))]
+    pub quantize_weights: Option<String>,
+    /// MLX memory limit, in GiB.
+    #[arg(long)]
+    pub max_memory: Option<f64>,
+    /// MLX buffer-cache limit, in GiB.
+    #[arg(long)]
+    pub cache_limit: Option<f64>,
+}
+
+/// Devices on the command line.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum DeviceArg {
+    /// The CPU.
+    Cpu,
+    /// The GPU.
+    Gpu,
+}
+
+/// Dtypes on the command line.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum DtypeArg {
+    /// float32.
+    Float32,
+    /// bfloat16.
+    Bfloat16,
+    /// float16.
+    Float16,
+}
+
+/// The model `cargo xtask setup` provisions.
+pub fn default_model_path() -> PathBuf {
+    if let Some(path) = std::env::var_os("GEMMA_MLX_MODEL") {
+        return PathBuf::from(path);
+    }
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/model/gemma-3-270m-q4_k_m.gguf")
+}
+
+fn gib(value: f64, flag: &str) -> Result<usize> {
+    if !(value.is_finite() && value > 0.0) {
+        bail!("{flag} must be a positive number of GiB, got {value}");
+    }
+    Ok((value * (1u64 << 30) as f64) as usize)
+}
+
+impl ModelArgs {
+    /// Selects the device and applies the memory limits; returns the device.
+    pub fn place(&self) -> Result<Device> {
+        let device = match self.device {
+            Some(DeviceArg::Cpu) => Device::Cpu,
+            Some(DeviceArg::Gpu) => Device::Gpu,
+            None if device::is_available(Device::Gpu)? => Device::Gpu,
+            None => Device::Cpu,
+        };
+        device::set_default_device(device)?;
+        if let Some(limit) = self.max_memory {
+            memory::set_memory_limit(gib(limit, "--max-memory")?)?;
+        }
+        if let Some(limit) = self.cache_limit {
+            memory::set_cache_limit(gib(limit, "--cache-limit")?)?;
+        }
+        Ok(device)
+    }
+
+    /// The compute dtype on `device`.
+    pub fn dtype(&self, device: Device) -> Dtype {
+        match (self.dtype, device) {
+            (Some(DtypeArg::Float32), _) | (None, Device::Cpu) => Dtype::Float32,
+            (Some(DtypeArg::Bfloat16), _) | (None, Device::Gpu) => Dtype::Bfloat16,
+            (Some(DtypeArg::Float16), _) => Dtype::Float16,
+        }
+    }
+
+    /// Where the weights come from.
+    pub fn source(&self) -> Result<ModelSource> {
+        Ok(match (&self.model, &self.random_weights) {
+            (_, Some(size)) => ModelSource::Random {
+                config: Box::new(Gemma3Config::published(size, self.layers)?),
+                seed: 0,
+            },
+            (Some(path), None) => ModelSource::from_path(path),
+            (None, None) => {
+                let path = default_model_path();
+                if !path.exists() {
+                    bail!(
+                        "no --model given and the default model {} is missing: run `cargo xtask setup` (or pass --model PATH)",
+                        path.display()
+                    );
+                }
+                ModelSource::Gguf(path)
+            }
+        })
+    }
+
+    /// Places, then loads the model with a progress bar on stderr (hidden when `quiet`).
+    pub fn load(&self, quiet: bool) -> Result<Engine> {
+        let device = self.place()?;
+        let dtype = self.dtype(device);
+        let quantize = self
+            .quantize_weights
+            .as_deref()
+            .map(|b| (if b == "8" { 8 } else { 4 }, 64));
+        let source = self.source()?;
+        let bar = progress_bar(&source, quiet);
+        let loaded = load(
+            &source,
+            LoadOptions { dtype, quantize },
+            &mut |done, total| {
+                bar.set_length(total as u64);
+                bar.set_position(done as u64);
+            },
+        )
+        .with_context(|| "loading the model")?;
+        bar.finish_and_clear();
+        Ok(Engine::new(loaded))
+    }
+}
+
+/// A bar over tensors read (hidden when `quiet`).
+pub fn progress_bar(source: &ModelSource, quiet: bool) -> ProgressBar {
+    let bar = if quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(0)
+    };
+    bar.set_style(
+        ProgressStyle::with_template("loading {msg} [{bar:30}] {pos}/{len} tensors")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.set_message(match source {
+        ModelSource::Gguf(p) | ModelSource::Folder(p) => p.display().to_string(),
+        ModelSource::Random { .. } => "random weights".into(),
+    });
+    bar
+}

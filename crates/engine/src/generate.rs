@@ -1,0 +1,325 @@
+//! The generation loop: chunked prefill, then pipelined decoding — step n+1 is
+//! queued on the device before token n is read back, as mlx-lm does with
+//! `async_eval` — with streaming detokenization, stop conditions,
+//! cancellation and a check for non-finite logits at every step.
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use gemma::cache::LayerCache;
+use gemma::model::Gemma3;
+use gemma::tokenizer::{StreamingDecoder, Tokenizer};
+use mlx_core::{async_eval, concatenate, memory, Array, Dtype};
+use sample::Sampler;
+
+use crate::error::GenerateError;
+use crate::metrics::Metrics;
+use crate::options::{FinishReason, GenerateOptions};
+
+/// The result of one generation.
+#[derive(Debug, Clone)]
+pub struct Generation {
+    /// The generated text (stop string and stop token excluded).
+    pub text: String,
+    /// The generated token ids (a final stop token included).
+    pub token_ids: Vec<u32>,
+    /// Why it ended.
+    pub finish_reason: FinishReason,
+    /// Speed and memory.
+    pub metrics: Metrics,
+}
+
+/// One generated token, as the loop hands it to the caller.
+#[derive(Debug, Clone, Copy)]
+pub struct TokenEvent<'a> {
+    /// 0-based index among the generated tokens.
+    pub index: usize,
+    /// The token id.
+    pub id: u32,
+    /// Text completed by this token (may be empty: part of a UTF-8 character,
+    /// text that may begin a stop string — handed on with a later token, or
+    /// never if the stop string completes —, a stop token, or a model without
+    /// tokenizer).
+    pub text: &'a str,
+}
+
+/// Token ids `[1, n]` as an int32 array.
+fn token_array(ids: &[u32]) -> Result<Array, GenerateError> {
+    let ids: Vec<i32> = ids.iter().map(|&i| i as i32).collect();
+    Ok(Array::from_slice(&ids, &[1, ids.len() as i32])?)
+}
+
+/// The logits of the last position of `[1, L, V]` logits, as `[1, V]`.
+fn last_position(logits: &Array) -> Result<Array, GenerateError> {
+    let shape = logits.shape();
+    let (l, v) = (shape[1], shape[2]);
+    Ok(logits
+        .slice(&[0, l - 1, 0], &[1, l, v], &[1, 1, 1])?
+        .reshape(&[1, v])?)
+}
+
+/// Runs `prompt` (the tokens after what `caches` already hold) through the
+/// model and generates until a stop condition. `on_token` sees every token
+/// with the text it completes (never half a UTF-8 character). When the context
+/// fills up (no position left to feed the last token at), the generation ends
+/// with [`FinishReason::Length`].
+pub fn generate(
+    model: &Gemma3,
+    tokenizer: Option<&Tokenizer>,
+    prompt: &[u32],
+    caches: &mut [LayerCache],
+    options: &GenerateOptions,
+    on_token: &mut dyn FnMut(&TokenEvent<'_>),
+) -> Result<Generation, GenerateError> {
+    let start = Instant::now();
+    if prompt.is_empty() {
+        return Err(GenerateError::Input("the prompt has no tokens".into()));
+    }
+    let cached = caches.first().map_or(0, |c| c.offset()) as usize;
+    let context = model.config.max_position_embeddings;
+    if cached + prompt.len() > context {
+        return Err(GenerateError::PromptTooLong {
+            tokens: cached + prompt.len(),
+            context,
+        });
+    }
+    if options.prefill_chunk == 0 {
+        return Err(GenerateError::Input(
+            "the prefill chunk must be at least 1 token".into(),
+        ));
+    }
+    let vocab = model.config.vocab_size as u32;
+    if let Some(&bad) = prompt.iter().find(|&&id| id >= vocab) {
+        return Err(GenerateError::Input(format!(
+            "token id {bad} is outside the vocabulary of {vocab}"
+        )));
+    }
+    let stop_ids: Vec<u32> = match tokenizer {
+        Some(t) => t.stop_ids().to_vec(),
+        None => model.config.eos_token_ids.clone(),
+    };
+    let mut sampler = Sampler::new(options.sampler.clone())?;
+    let penalties = options.sampler.repetition_penalty.is_some()
+        || options.sampler.presence_penalty.is_some()
+        || options.sampler.frequency_penalty.is_some();
+    let window = options.sampler.penalty_window.max(1) as i32;
+    memory::reset_peak()?;
+
+    // Prefill all but the last prompt token in chunks; only the caches are evaluated.
+    let (head, last) = prompt.split_at(prompt.len() - 1);
+    for chunk in prefill_chunks(head, cached, options.prefill_chunk, options.kv_start) {
+        model.hidden(&token_array(chunk)?, caches)?;
+        let arrays: Vec<&Array> = caches.iter().flat_map(LayerCache::arrays).collect();
+        mlx_core::eval(&arrays)?;
+    }
+
+    let mut history = if penalties {
+        Some(recent(&token_array(prompt)?.reshape(&[-1])?, window)?)
+    } else {
+        None
+    };
+    let step = |input: &Array,
+                caches: &mut [LayerCache],
+                sampler: &mut Sampler,
+                history: Option<&Array>|
+     -> Result<(Array, Array), GenerateError> {
+        let logits = last_position(&model.forward(input, caches)?)?.astype(Dtype::Float32)?;
+        let finite = logits.isfinite()?.all_all()?;
+        let token = sampler.sample(&logits, history)?;
+        Ok((token, finite))
+    };
+
+    let (mut token, mut finite) =
+        step(&token_array(last)?, caches, &mut sampler, history.as_ref())?;
+    async_eval(&[&token, &finite])?;
+
+    let mut decoder = tokenizer.map(StreamingDecoder::new);
+    let mut text = String::new();
+    // Bytes of `text` handed to `on_token`; the rest may begin a stop string.
+    let mut emitted = 0;
+    let mut ids: Vec<u32> = Vec::new();
+    let mut first_token_at = None;
+    let mut finish = FinishReason::Length;
+    let max_tokens = options.max_tokens;
+    while ids.len() < max_tokens {
+        if options.cancel.load(Ordering::Relaxed) {
+            finish = FinishReason::Cancelled;
+            break;
+        }
+        // Queue the next step before reading this one. It feeds this token at
+        // position `cached + prompt.len() + ids.len()`, which must lie inside
+        // the context.
+        let next = if ids.len() + 1 < max_tokens && cached + prompt.len() + ids.len() < context {
+            if let Some(h) = history.as_mut() {
+                *h = recent(&concatenate(&[h, &token.astype(h.dtype())?], 0)?, window)?;
+            }
+            let input = token.reshape(&[1, 1])?;
+            let next = step(&input, caches, &mut sampler, history.as_ref())?;
+            async_eval(&[&next.0, &next.1])?;
+            Some(next)
+        } else {
+            None
+        };
+        let id: u32 = token.item()?;
+        if !finite.item::<bool>()? {
+            return Err(GenerateError::NonFinite { step: ids.len() });
+        }
+        first_token_at.get_or_insert_with(Instant::now);
+        let index = ids.len();
+        ids.push(id);
+        if stop_ids.contains(&id) {
+            on_token(&TokenEvent {
+                index,
+                id,
+                text: "",
+            });
+            finish = FinishReason::Stop;
+            break;
+        }
+        let piece = match decoder.as_mut() {
+            Some(decoder) => decoder.push(id)?,
+            None => String::new(),
+        };
+        text.push_str(&piece);
+        if let Some(cut) = stop_string_end(&text, &options.stop_strings) {
+            text.truncate(cut);
+            on_token(&TokenEvent {
+                index,
+                id,
+                text: text.get(emitted..).unwrap_or(""),
+            });
+            finish = FinishReason::StopString;
+            break;
+        }
+        let safe = text.len() - held_back(&text, &options.stop_strings);
+        on_token(&TokenEvent {
+            index,
+            id,
+            text: text.get(emitted..safe).unwrap_or(""),
+        });
+        emitted = emitted.max(safe);
+        match next {
+            Some((t, f)) => {
+                token = t;
+                finish = FinishReason::Length;
+                finite = f;
+            }
+            None => break,
+        }
+    }
+    if finish != FinishReason::StopString {
+        if let Some(decoder) = decoder.as_mut() {
+            text.push_str(&decoder.finish());
+            let rest = text.get(emitted..).unwrap_or("");
+            if let (false, Some(&id)) = (rest.is_empty(), ids.last()) {
+                on_token(&TokenEvent {
+                    index: ids.len() - 1,
+                    id,
+                    text: rest,
+                });
+            }
+        }
+    }
+    let end = Instant::now();
+    let first = first_token_at.unwrap_or(end);
+    let prefill_s = (first - start).as_secs_f64();
+    let decode_s = (end - first).as_secs_f64();
+    let metrics = Metrics {
+        prompt_tokens: prompt.len(),
+        prompt_tps: if prefill_s > 0.0 {
+            prompt.len() as f64 / prefill_s
+        } else {
+            0.0
+        },
+        generation_tokens: ids.len(),
+        generation_tps: if decode_s > 0.0 && ids.len() > 1 {
+            (ids.len() - 1) as f64 / decode_s
+        } else {
+            0.0
+        },
+        ttft_s: prefill_s,
+        peak_memory_bytes: memory::peak_bytes()?,
+    };
+    Ok(Generation {
+        text,
+        token_ids: ids,
+        finish_reason: finish,
+        metrics,
+    })
+}
+
+/// `tokens` (which follow `cached` tokens) cut into chunks of at most
+/// `size`, with a cut where the cache reaches `kv_start` tokens so that the
+/// tokens from there on are quantized as they enter.
+fn prefill_chunks(tokens: &[u32], cached: usize, size: usize, kv_start: usize) -> Vec<&[u32]> {
+    let split = kv_start.saturating_sub(cached).min(tokens.len());
+    let (before, after) = tokens.split_at(split);
+    before.chunks(size).chain(after.chunks(size)).collect()
+}
+
+/// The last `window` entries of a 1-d array.
+fn recent(ids: &Array, window: i32) -> Result<Array, GenerateError> {
+    let n = ids.dim(0)?;
+    Ok(if n > window {
+        ids.slice(&[n - window], &[n], &[1])?
+    } else {
+        ids.clone()
+    })
+}
+
+/// The length of the longest end of `text` that could begin one of `stops`
+/// (a proper prefix of a stop string): text not to stream yet.
+fn held_back(text: &str, stops: &[String]) -> usize {
+    stops
+        .iter()
+        .filter_map(|s| {
+            (1..s.len())
+                .rev()
+                .find(|&k| s.is_char_boundary(k) && text.ends_with(&s[..k]))
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// Where `text` must be cut if it contains one of `stops` (the earliest one).
+fn stop_string_end(text: &str, stops: &[String]) -> Option<usize> {
+    stops
+        .iter()
+        .filter(|s| !s.is_empty())
+        .filter_map(|s| text.find(s.as_str()))
+        .min()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{held_back, prefill_chunks, stop_string_end};
+
+    #[test]
+    fn prefill_chunks_are_cut_where_quantization_starts() {
+        let t: Vec<u32> = (0..10).collect();
+        let lens = |c: Vec<&[u32]>| c.iter().map(|c| c.len()).collect::<Vec<_>>();
+        assert_eq!(lens(prefill_chunks(&t, 0, 4, 0)), vec![4, 4, 2]);
+        assert_eq!(lens(prefill_chunks(&t, 0, 4, 6)), vec![4, 2, 4]);
+        assert_eq!(lens(prefill_chunks(&t, 3, 4, 6)), vec![3, 4, 3]);
+        assert_eq!(lens(prefill_chunks(&t, 8, 4, 6)), vec![4, 4, 2]);
+    }
+
+    #[test]
+    fn stop_strings_cut_at_the_earliest_match() {
+        let stops = vec!["\n\n".to_string(), "END".to_string()];
+        assert_eq!(stop_string_end("abc END x\n\n", &stops), Some(4));
+        assert_eq!(stop_string_end("abc", &stops), None);
+        assert_eq!(stop_string_end("abc", &[String::new()]), None);
+    }
+
+    #[test]
+    fn text_that_may_begin_a_stop_string_is_held_back() {
+        let stops = vec!["France. It".to_string(), "ß!".to_string()];
+        assert_eq!(held_back("of France", &stops), 6);
+        assert_eq!(held_back("of France.", &stops), 7);
+        assert_eq!(held_back("of France!", &stops), 0);
+        assert_eq!(held_back("Straße", &stops), 0);
+        assert_eq!(held_back("Straß", &stops), 2);
+        assert_eq!(held_back("x", &[]), 0);
+    }
+}

@@ -1,0 +1,163 @@
+//! The KLD sweep: each corpus chunk runs once through the reference cache
+//! format and once through each candidate's, so N candidates cost N + 1
+//! forwards per chunk. Each run uses a fresh cache that stores keys and
+//! values as they enter, so the chunk attends to them exactly as generation
+//! would.
+
+use gemma::cache::CacheFormat;
+use gemma::model::Gemma3;
+use mlx_core::Array;
+
+use crate::error::GenerateError;
+use crate::kld::compare::{compare_into, Reference};
+use crate::kld::stats::PositionSamples;
+
+/// How the corpus is cut and scored.
+#[derive(Debug, Clone, Copy)]
+pub struct ChunkSettings {
+    /// Tokens per chunk.
+    pub ctx: usize,
+    /// Most chunks to score.
+    pub chunks: usize,
+    /// Replace each chunk's first token with `<bos>`.
+    pub bos: Option<u32>,
+    /// Score only the second half of each chunk.
+    pub second_half: bool,
+    /// Recompute the reference for every candidate (the existing tool's
+    /// method: 2 forwards per candidate), for comparison.
+    pub two_forwards: bool,
+}
+
+/// One side of a comparison: a model and a cache format.
+#[derive(Debug, Clone, Copy)]
+pub struct Side<'a> {
+    /// The model.
+    pub model: &'a Gemma3,
+    /// The cache format.
+    pub format: CacheFormat,
+    /// Tokens kept in the compute dtype before quantizing starts.
+    pub start: usize,
+}
+
+/// The samples of every candidate, and what it took.
+#[derive(Debug)]
+pub struct SweepResult {
+    /// Per-candidate samples, in order.
+    pub samples: Vec<PositionSamples>,
+    /// Chunks scored.
+    pub chunks: usize,
+    /// Forward passes run.
+    pub forwards: usize,
+    /// KV-cache bytes of the reference at the chunk length.
+    pub reference_cache_bytes: usize,
+    /// KV-cache bytes of each candidate at the chunk length.
+    pub candidate_cache_bytes: Vec<usize>,
+}
+
+/// The chunks of `tokens` under `settings` (an error if there is none).
+pub fn chunks(tokens: &[u32], settings: &ChunkSettings) -> Result<Vec<Vec<u32>>, GenerateError> {
+    if settings.ctx < 2 {
+        return Err(GenerateError::Input(
+            "--ctx must be at least 2 tokens".into(),
+        ));
+    }
+    let out: Vec<Vec<u32>> = tokens
+        .chunks_exact(settings.ctx)
+        .take(settings.chunks)
+        .map(|c| {
+            let mut c = c.to_vec();
+            if let Some(bos) = settings.bos {
+                c[0] = bos;
+            }
+            c
+        })
+        .collect();
+    if out.is_empty() {
+        return Err(GenerateError::Input(format!(
+            "the corpus has {} tokens: not enough for one chunk of {}",
+            tokens.len(),
+            settings.ctx
+        )));
+    }
+    Ok(out)
+}
+
+/// Logits `[L, V]` of one chunk `[1, L]` through a fresh cache of `side`'s
+/// format, and the bytes that cache holds afterwards. With a `start` inside
+/// the chunk, the chunk runs in two forwards cut there.
+fn run_chunk(side: &Side<'_>, chunk: &Array) -> Result<(Array, usize), GenerateError> {
+    let mut caches: Vec<_> = side
+        .model
+        .make_caches(side.format)?
+        .into_iter()
+        .map(|c| c.quantize_from(side.start as i32))
+        .collect();
+    let l = chunk.dim(1)?;
+    let cut = (side.start as i32).min(l);
+    let logits = if cut > 0 && cut < l {
+        let first = side
+            .model
+            .forward(&chunk.slice(&[0, 0], &[1, cut], &[1, 1])?, &mut caches)?;
+        let second = side
+            .model
+            .forward(&chunk.slice(&[0, cut], &[1, l], &[1, 1])?, &mut caches)?;
+        mlx_core::concatenate(&[&first, &second], 1)?
+    } else {
+        side.model.forward(chunk, &mut caches)?
+    };
+    let shape = logits.shape();
+    let logits = logits.reshape(&[shape[1], shape[2]])?;
+    logits.eval()?;
+    Ok((logits, caches.iter().map(|c| c.nbytes()).sum()))
+}
+
+/// Runs the sweep; `progress(done, total)` after each chunk.
+pub fn sweep(
+    reference: &Side<'_>,
+    candidates: &[Side<'_>],
+    chunks: &[Vec<u32>],
+    settings: &ChunkSettings,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<SweepResult, GenerateError> {
+    let mut samples = vec![PositionSamples::default(); candidates.len()];
+    let mut forwards = 0;
+    let mut reference_cache_bytes = 0;
+    let mut candidate_cache_bytes = vec![0; candidates.len()];
+    for (done, chunk) in chunks.iter().enumerate() {
+        let ids: Vec<i32> = chunk.iter().map(|&t| t as i32).collect();
+        let l = ids.len() as i32;
+        let input = Array::from_slice(&ids, &[1, l])?;
+        let next = Array::from_slice(&ids[1..], &[l - 1])?;
+        let first = if settings.second_half { l / 2 } else { 0 };
+        let mut shared: Option<Reference> = None;
+        for (i, cand) in candidates.iter().enumerate() {
+            let reference_now = match (&shared, settings.two_forwards) {
+                (Some(_), false) => None,
+                _ => {
+                    let (logits, bytes) = run_chunk(reference, &input)?;
+                    forwards += 1;
+                    reference_cache_bytes = bytes;
+                    Some(Reference::new(&logits)?)
+                }
+            };
+            if let Some(r) = reference_now {
+                shared = Some(r);
+            }
+            let Some(reference_logprobs) = shared.as_ref() else {
+                return Err(GenerateError::Input("no reference computed".into()));
+            };
+            let (logits, bytes) = run_chunk(cand, &input)?;
+            forwards += 1;
+            candidate_cache_bytes[i] = bytes;
+            compare_into(reference_logprobs, &logits, &next, first, &mut samples[i])?;
+        }
+        progress(done + 1, chunks.len());
+    }
+    Ok(SweepResult {
+        samples,
+        chunks: chunks.len(),
+        forwards,
+        reference_cache_bytes,
+        candidate_cache_bytes,
+    })
+}
