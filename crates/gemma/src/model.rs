@@ -9,7 +9,7 @@
 //! matrix, as are the gate and up projections.
 
 use mlx_core::fast::{rms_norm, rope, scaled_dot_product_attention, AttentionMask, RopeOffset};
-use mlx_core::{Array, Dtype};
+use mlx_core::{Array, Dtype, Function};
 
 use crate::cache::{
     Attend, CacheError, CacheFormat, KeyMask, KvCache, KvStore, LayerCache, RotatingKvCache,
@@ -157,9 +157,7 @@ impl Gemma3 {
         let (b, l) = (shape[0], shape[1]);
         let gate = gate_up.slice(&[0, 0, 0], &[b, l, inter], &[1, 1, 1])?;
         let up = gate_up.slice(&[0, 0, inter], &[b, l, 2 * inter], &[1, 1, 1])?;
-        Ok(layer
-            .down_proj
-            .forward(&gelu_approx(&gate)?.multiply(&up)?)?)
+        Ok(layer.down_proj.forward(&gated_gelu(&gate, &up)?)?)
     }
 
     fn attention(
@@ -225,12 +223,35 @@ impl Gemma3 {
 fn gelu_approx(x: &Array) -> mlx_core::Result<Array> {
     let dtype = x.dtype();
     let c = |v: f64| Array::scalar(v, dtype);
-    let cube = x.multiply(x)?.multiply(x)?;
     let inner = x
-        .add(&cube.multiply(&c(0.044715)?)?)?
+        .add(&x.power(&c(3.0)?)?.multiply(&c(0.044715)?)?)?
         .multiply(&c((2.0 / std::f64::consts::PI).sqrt())?)?;
     x.multiply(&c(0.5)?)?
         .multiply(&inner.tanh()?.add(&c(1.0)?)?)
+}
+
+thread_local! {
+    /// `gelu_approx(gate) · up` compiled (shapeless) into one fused kernel,
+    /// once per thread: MLX's compile caches are per thread. mlx-lm compiles
+    /// `gelu_approx` the same way.
+    static GATED_GELU: Result<Function, String> = Function::new(|xs: &[Array]| match xs {
+        [gate, up] => Ok(vec![gelu_approx(gate)?.multiply(up)?]),
+        _ => Err(mlx_core::Error::Host(format!("gated GELU takes 2 arrays, got {}", xs.len()))),
+    })
+    .and_then(|f| f.compile(true))
+    .map_err(|e| e.to_string());
+}
+
+/// `gelu_approx(gate) · up` through the compiled kernel.
+fn gated_gelu(gate: &Array, up: &Array) -> Result<Array, ModelError> {
+    GATED_GELU.with(|f| {
+        let f = f
+            .as_ref()
+            .map_err(|e| ModelError::Input(format!("compiling the gated GELU: {e}")))?;
+        f.call(&[gate, up])?
+            .pop()
+            .ok_or_else(|| ModelError::Input("the gated GELU returned nothing".into()))
+    })
 }
 
 /// Attention of queries `[B, Hq, L, D]` over what a cache returned.
