@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Side-by-side decode speed on the GPU machine: gemma-mlx and mlx-lm 0.32.2 on
+# random bfloat16 weights of published Gemma 3 shapes, alternating, same
+# synthetic prompt. Run after ../shared/gpu/setup-mlx-cuda.sh has written
+# /tmp/site/env.sh. Usage: h200_bench.sh BINARY PROMPT_TOKENS GEN_TOKENS SIZE...
+set -uo pipefail
+. /tmp/site/env.sh
+bin=$1 prompt=$2 gen=$3
+shift 3
+here=$(cd "$(dirname "$0")" && pwd)
+configs=$here/../../crates/gemma/configs
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+ours() { # size, extra flags
+    "$bin" generate --random-weights "$1" --device gpu --synthetic-prompt "$prompt" --max-tokens "$gen" \
+        --logit-bias 1=-1e30 --logit-bias 106=-1e30 --json "${@:2}" 2>/dev/null | tail -1 |
+        python3 -c 'import json,sys; r=json.load(sys.stdin); print(json.dumps({k: r[k] for k in ("prompt_tps","generation_tps","ttft_s","generation_tokens","peak_memory_bytes")}))'
+}
+theirs() { python3 "$here/mlx_lm_random.py" "$configs/gemma3-$1.json" "$prompt" "$gen"; }
+for size in "$@"; do
+    echo "== $size: warm-up (kernels compile at first use)"
+    "$bin" generate --random-weights "$size" --device gpu --synthetic-prompt 64 --max-tokens 8 --json >/dev/null 2>&1
+    python3 "$here/mlx_lm_random.py" "$configs/gemma3-$size.json" 64 8 >/dev/null
+    for round in 1 2; do
+        echo "ours   $size plain round $round: $(ours "$size")"
+        echo "mlx-lm $size plain round $round: $(theirs "$size")"
+    done
+    echo "ours   $size q8 KV: $(ours "$size" --kv ctk=q8_0,ctv=q8_0)"
+    echo "ours   $size q4 KV: $(ours "$size" --kv ctk=q4_0,ctv=q4_0)"
+done

@@ -1,0 +1,161 @@
+//! `cargo xtask`: the workspace's tasks.
+//!
+//! - `setup` provisions MLX 0.32.4 (with OpenBLAS behind its CPU backend),
+//!   the default model and the mlx-lm reference Python environment under
+//!   `target/`;
+//! - `bindgen` regenerates `crates/mlx-sys/src/bindings.rs` from
+//!   `mlx-c/include/mlx_c.h`, or checks that it is up to date;
+//! - `test` sets up, then runs every check and test;
+//! - `run` sets up, then runs the `gemma-mlx` command;
+//! - `bench` compares `gemma-mlx` with mlx-lm and writes `target/bench/report.md`.
+//!
+//! This crate depends on no MLX crate, so it builds before MLX is found.
+
+mod bench;
+mod bindings;
+mod blas;
+mod command;
+mod discovery;
+mod ldd;
+mod mlx_lm_env;
+mod model;
+mod provision;
+mod python;
+mod record;
+mod run_engine;
+mod setup;
+mod system;
+mod test_all;
+mod workspace;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::discovery::Backend;
+use crate::setup::SetupOptions;
+use crate::workspace::Workspace;
+
+/// Workspace tasks for gemma-mlx.
+#[derive(Parser)]
+#[command(name = "cargo xtask", bin_name = "cargo xtask", about)]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Provision MLX 0.32.4, an optimized BLAS, the default model and the mlx-lm
+    /// reference Python environment under target/.
+    Setup {
+        /// Which MLX build to provision.
+        #[arg(long, value_enum, default_value_t = Backend::Cpu)]
+        backend: Backend,
+        /// Unpack MLX, assemble the model and create the reference Python
+        /// environment again even if they are present.
+        #[arg(long)]
+        force: bool,
+        /// Skip the default model.
+        #[arg(long)]
+        no_model: bool,
+        /// Skip the mlx-lm reference Python environment (target/py/venv).
+        #[arg(long)]
+        no_reference: bool,
+        /// Never download MLX: use MLX_DIR, an earlier setup, or a Python mlx install.
+        #[arg(long)]
+        no_provision: bool,
+    },
+    /// Generate crates/mlx-sys/src/bindings.rs from mlx-c/include/mlx_c.h.
+    Bindgen {
+        /// Fail if the committed bindings differ from freshly generated ones.
+        #[arg(long)]
+        check: bool,
+    },
+    /// Set up, then check bindings, formatting and lints, and run every test.
+    Test {
+        /// Which MLX build to test against.
+        #[arg(long, value_enum, default_value_t = Backend::Cpu)]
+        backend: Backend,
+        /// Extra arguments for `cargo test` (after `--`).
+        #[arg(last = true)]
+        cargo_test_args: Vec<String>,
+    },
+    /// Set up, then run `gemma-mlx` (by default a short generation).
+    Run {
+        /// Which MLX build to run on.
+        #[arg(long, value_enum, default_value_t = Backend::Cpu)]
+        backend: Backend,
+        /// Arguments for `gemma-mlx` (after `--`).
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
+    /// Set up, then compare gemma-mlx with mlx-lm 0.32.2 (target/bench/report.md).
+    Bench {
+        /// Alternating rounds of the same-settings comparison.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Rounds of the as-shipped comparison (0 skips it; it is slow).
+        #[arg(long, default_value_t = 1)]
+        shipped_rounds: usize,
+        /// Also measure memory flatness over 4,000 decoded tokens (minutes).
+        #[arg(long)]
+        flatness: bool,
+        /// Chunks of the KLD sweep timing (0 skips it).
+        #[arg(long, default_value_t = 2)]
+        kld_chunks: usize,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli.task) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(task: Task) -> anyhow::Result<()> {
+    let workspace = Workspace::locate()?;
+    match task {
+        Task::Setup {
+            backend,
+            force,
+            no_model,
+            no_reference,
+            no_provision,
+        } => {
+            let options = SetupOptions {
+                backend,
+                force,
+                model: !no_model,
+                reference: !no_reference,
+                provision: !no_provision,
+            };
+            setup::run(&workspace, &options)
+        }
+        Task::Bindgen { check } => bindings::run(&workspace, check),
+        Task::Test {
+            backend,
+            cargo_test_args,
+        } => test_all::run(&workspace, backend, &cargo_test_args),
+        Task::Run { backend, args } => run_engine::run(&workspace, backend, &args),
+        Task::Bench {
+            rounds,
+            shipped_rounds,
+            flatness,
+            kld_chunks,
+        } => bench::run(
+            &workspace,
+            &bench::BenchOptions {
+                rounds,
+                shipped_rounds,
+                flatness,
+                kld_chunks,
+            },
+        ),
+    }
+}

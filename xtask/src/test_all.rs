@@ -1,0 +1,67 @@
+//! `cargo xtask test`: set up, then every check and test the project has.
+
+use std::process::Command;
+
+use anyhow::{Context, Result};
+
+use crate::bindings;
+use crate::command;
+use crate::discovery::Backend;
+use crate::setup::{self, SetupOptions};
+use crate::workspace::Workspace;
+
+/// Sets up (with the model and the mlx-lm reference environment: the tests
+/// need them), then checks the bindings,
+/// formatting and lints, then runs `cargo test` with `cargo_test_args`
+/// appended. Stops at the first failing step and names it.
+pub fn run(workspace: &Workspace, backend: Backend, cargo_test_args: &[String]) -> Result<()> {
+    let options = SetupOptions {
+        backend,
+        force: false,
+        model: true,
+        reference: true,
+        provision: true,
+    };
+    step("cargo xtask setup", || setup::run(workspace, &options))?;
+    step("cargo xtask bindgen --check", || {
+        bindings::run(workspace, true)
+    })?;
+    let cargo = |args: &[&str]| {
+        let mut cargo = cargo(workspace);
+        cargo.args(args);
+        cargo
+    };
+    step("cargo fmt", || {
+        command::run(&mut cargo(&["fmt", "--all", "--", "--check"]))
+    })?;
+    step("cargo clippy", || {
+        command::run(&mut cargo(&[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--release",
+            "--",
+            "-D",
+            "warnings",
+        ]))
+    })?;
+    step("cargo test", || {
+        command::run(cargo(&["test", "--workspace", "--release"]).args(cargo_test_args))
+    })?;
+    println!("\nall steps passed");
+    Ok(())
+}
+
+/// Runs one step, announcing it, and names it if it fails.
+fn step(name: &str, body: impl FnOnce() -> Result<()>) -> Result<()> {
+    println!("\n==> {name}");
+    body().with_context(|| format!("step `{name}` failed"))
+}
+
+/// A `cargo` command (the one running this task) in the workspace root.
+pub fn cargo(workspace: &Workspace) -> Command {
+    let program = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cargo = Command::new(program);
+    cargo.current_dir(workspace.root());
+    cargo
+}
