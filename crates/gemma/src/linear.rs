@@ -20,6 +20,54 @@ impl Linear {
         }
     }
 
+    /// `x @ Wᵀ` of a matrix that stacks several projections along its
+    /// output rows, split back into one output per projection of `sizes`
+    /// rows. A single input row runs as one fused product (one pass over the
+    /// weights while decoding); several rows run one product per projection,
+    /// so prefill rounds exactly as separate projections do (as mlx-lm's).
+    pub fn forward_parts(&self, x: &Array, sizes: &[i32]) -> mlx_core::Result<Vec<Array>> {
+        let rows = x.size() / x.dim(-1)?.max(1) as usize;
+        let mut start = 0;
+        let mut out = Vec::with_capacity(sizes.len());
+        if rows == 1 {
+            let fused = self.forward(x)?;
+            let mut begin = vec![0; fused.ndim()];
+            let mut end = fused.shape();
+            let strides = vec![1; fused.ndim()];
+            let last = fused.ndim() - 1;
+            for &size in sizes {
+                begin[last] = start;
+                end[last] = start + size;
+                out.push(fused.slice(&begin, &end, &strides)?);
+                start += size;
+            }
+            return Ok(out);
+        }
+        for &size in sizes {
+            out.push(self.output_rows(start, start + size)?.forward(x)?);
+            start += size;
+        }
+        Ok(out)
+    }
+
+    /// The projection made of output rows `start..end`.
+    fn output_rows(&self, start: i32, end: i32) -> mlx_core::Result<Linear> {
+        let rows = |a: &Array| {
+            let cols = a.dim(1)?;
+            a.slice(&[start, 0], &[end, cols], &[1, 1])
+        };
+        Ok(match self {
+            Linear::Dense(w) => Linear::Dense(rows(w)?),
+            Linear::Quantized(q) => Linear::Quantized(QuantizedArray {
+                packed: rows(&q.packed)?,
+                scales: rows(&q.scales)?,
+                biases: rows(&q.biases)?,
+                group_size: q.group_size,
+                bits: q.bits,
+            }),
+        })
+    }
+
     /// Rows `indices` of the matrix (an embedding lookup), in full precision.
     pub fn rows(&self, indices: &Array) -> mlx_core::Result<Array> {
         match self {

@@ -152,12 +152,13 @@ impl Gemma3 {
 
     fn mlp(&self, layer: &Layer, x: &Array) -> Result<Array, ModelError> {
         let inter = self.config.intermediate_size as i32;
-        let gate_up = layer.gate_up_proj.forward(x)?;
-        let shape = gate_up.shape();
-        let (b, l) = (shape[0], shape[1]);
-        let gate = gate_up.slice(&[0, 0, 0], &[b, l, inter], &[1, 1, 1])?;
-        let up = gate_up.slice(&[0, 0, inter], &[b, l, 2 * inter], &[1, 1, 1])?;
-        Ok(layer.down_proj.forward(&gated_gelu(&gate, &up)?)?)
+        let parts = layer.gate_up_proj.forward_parts(x, &[inter, inter])?;
+        let [gate, up] = parts.as_slice() else {
+            return Err(ModelError::Input(
+                "gate/up projection gave the wrong parts".into(),
+            ));
+        };
+        Ok(layer.down_proj.forward(&gated_gelu(gate, up)?)?)
     }
 
     fn attention(
@@ -175,15 +176,20 @@ impl Gemma3 {
         );
         let shape = x.shape();
         let (b, l) = (shape[0], shape[1]);
-        let qkv = layer.qkv_proj.forward(x)?;
-        let heads = |start: i32, count: i32| -> mlx_core::Result<Array> {
-            qkv.slice(&[0, 0, start * d], &[b, l, (start + count) * d], &[1, 1, 1])?
-                .reshape(&[b, l, count, d])?
-                .transpose(&[0, 2, 1, 3])
+        let parts = layer
+            .qkv_proj
+            .forward_parts(x, &[hq * d, hkv * d, hkv * d])?;
+        let [q, k, v] = parts.as_slice() else {
+            return Err(ModelError::Input(
+                "q/k/v projection gave the wrong parts".into(),
+            ));
         };
-        let q = rms_norm(&heads(0, hq)?, Some(&layer.q_norm), c.rms_norm_eps)?;
-        let k = rms_norm(&heads(hq, hkv)?, Some(&layer.k_norm), c.rms_norm_eps)?;
-        let v = heads(hq + hkv, hkv)?;
+        let heads = |a: &Array, count: i32| -> mlx_core::Result<Array> {
+            a.reshape(&[b, l, count, d])?.transpose(&[0, 2, 1, 3])
+        };
+        let q = rms_norm(&heads(q, hq)?, Some(&layer.q_norm), c.rms_norm_eps)?;
+        let k = rms_norm(&heads(k, hkv)?, Some(&layer.k_norm), c.rms_norm_eps)?;
+        let v = heads(v, hkv)?;
 
         let (base, scale) = if c.is_sliding(index) {
             (c.rope_local_base_freq, 1.0)
