@@ -171,7 +171,34 @@ pub fn run(workspace: &Workspace, options: &BenchOptions) -> Result<()> {
         flatness,
         kld,
     };
-    report::write(&out, &measured, started.elapsed().as_secs_f64())
+    report::write(&out, &measured, started.elapsed().as_secs_f64())?;
+    chart(workspace, &reference.python, &out)
+}
+
+/// Draws `chart.png` (generation tok/s against context, both engines) from
+/// `report.json` with matplotlib, installed into the reference environment
+/// when missing.
+fn chart(workspace: &Workspace, python: &Path, out: &Path) -> Result<()> {
+    let has_matplotlib = command::capture(Command::new(python).args(["-c", "import matplotlib"]))?
+        .status
+        .success();
+    if !has_matplotlib {
+        command::run(
+            Command::new(python)
+                .args(["-m", "pip", "install", "matplotlib"])
+                .env("PIP_ROOT_USER_ACTION", "ignore"),
+        )?;
+    }
+    let script = workspace.root().join("xtask/bench/chart.py");
+    let png = out.join("chart.png");
+    command::run(
+        Command::new(python)
+            .arg(script)
+            .arg(out.join("report.json"))
+            .arg(&png),
+    )?;
+    println!("wrote {}", png.display());
+    Ok(())
 }
 
 /// The benchmark text's token ids, `<bos>` first, as our tokenizer makes them.
