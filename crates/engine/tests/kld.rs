@@ -165,12 +165,20 @@ fn unknown_type_lists_the_accepted_ones() {
 #[test]
 fn corpus_shorter_than_a_chunk_is_an_error() {
     let model = model();
+    // The corpus's token count, as the mlx-lm fixture recorded it.
+    let fixture: serde_json::Value =
+        serde_json::from_str(include_str!("fixtures/kld/mlx_lm_kld.json"))
+            .expect("fixture is JSON");
+    let tokens = fixture["corpus_tokens"].as_u64().expect("corpus_tokens");
     let out = gemma_mlx(&[
-        "kld", "--model", &model, "--corpus", CORPUS, "--cand", "ctk=q8_0", "--ctx", "4096",
+        "kld", "--model", &model, "--corpus", CORPUS, "--cand", "ctk=q8_0", "--ctx", "8192",
     ]);
     assert!(!out.status.success());
     let err = stderr(&out);
-    assert!(err.contains("2923 tokens") && err.contains("4096"), "{err}");
+    assert!(
+        err.contains(&format!("{tokens} tokens")) && err.contains("8192"),
+        "{err}"
+    );
 }
 
 #[test]
