@@ -170,10 +170,21 @@ pub(crate) fn round_up(n: i32) -> i32 {
     (n + STEP - 1) / STEP * STEP
 }
 
-/// The arrays of a store.
-pub(crate) fn store_arrays(store: &KvStore) -> Vec<&Array> {
-    match store {
-        KvStore::Float(a) => vec![a],
-        KvStore::Quantized(q) => vec![&q.packed, &q.scales, &q.biases],
-    }
+/// The arrays held by a cache's key and value buffers.
+pub(crate) fn pair_arrays<'a>(
+    keys: &'a Option<KvStore>,
+    values: &'a Option<KvStore>,
+) -> Vec<&'a Array> {
+    keys.iter()
+        .chain(values.iter())
+        .flat_map(|store| match store {
+            KvStore::Float(a) => vec![a],
+            KvStore::Quantized(q) => vec![&q.packed, &q.scales, &q.biases],
+        })
+        .collect()
+}
+
+/// Bytes held by a cache's key and value buffers.
+pub(crate) fn pair_nbytes(keys: &Option<KvStore>, values: &Option<KvStore>) -> usize {
+    keys.iter().chain(values.iter()).map(KvStore::nbytes).sum()
 }

@@ -3,7 +3,8 @@
 use mlx_core::{arange, Array, Dtype};
 
 use super::{
-    convert_stores, round_up, store_arrays, Attend, CacheError, CacheFormat, KeyMask, KvStore,
+    convert_stores, pair_arrays, pair_nbytes, round_up, Attend, CacheError, CacheFormat, KeyMask,
+    KvStore,
 };
 
 /// A growing KV cache. Buffers grow by whole steps of 256 positions, so
@@ -108,8 +109,7 @@ impl KvCache {
 
     /// Bytes held by the buffers.
     pub fn nbytes(&self) -> usize {
-        self.keys.as_ref().map_or(0, KvStore::nbytes)
-            + self.values.as_ref().map_or(0, KvStore::nbytes)
+        pair_nbytes(&self.keys, &self.values)
     }
 
     /// Positions the buffers hold room for.
@@ -119,11 +119,7 @@ impl KvCache {
 
     /// The arrays held.
     pub fn arrays(&self) -> Vec<&Array> {
-        self.keys
-            .iter()
-            .chain(self.values.iter())
-            .flat_map(store_arrays)
-            .collect()
+        pair_arrays(&self.keys, &self.values)
     }
 }
 

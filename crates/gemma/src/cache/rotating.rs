@@ -4,7 +4,8 @@ use mlx_core::{arange, Array, Dtype};
 
 use super::plain::causal_mask;
 use super::{
-    convert_stores, round_up, store_arrays, Attend, CacheError, CacheFormat, KeyMask, KvStore, STEP,
+    convert_stores, pair_arrays, pair_nbytes, round_up, Attend, CacheError, CacheFormat, KeyMask,
+    KvStore, STEP,
 };
 
 /// A sliding-window KV cache holding the last `window` tokens.
@@ -246,7 +247,8 @@ impl RotatingKvCache {
     /// Forgets the last `n` tokens while every kept token is still in the
     /// buffer (before the window has wrapped); returns how many were forgotten.
     pub fn trim(&mut self, n: i32) -> i32 {
-        if self.offset > self.filled || (self.filled == self.window && self.next != 0) {
+        // Once a token has left the window, earlier states are gone.
+        if self.offset > self.filled {
             return 0;
         }
         let n = n.clamp(0, self.filled);
@@ -258,17 +260,12 @@ impl RotatingKvCache {
 
     /// Bytes held by the buffers.
     pub fn nbytes(&self) -> usize {
-        self.keys.as_ref().map_or(0, KvStore::nbytes)
-            + self.values.as_ref().map_or(0, KvStore::nbytes)
+        pair_nbytes(&self.keys, &self.values)
     }
 
     /// The arrays held.
     pub fn arrays(&self) -> Vec<&Array> {
-        self.keys
-            .iter()
-            .chain(self.values.iter())
-            .flat_map(store_arrays)
-            .collect()
+        pair_arrays(&self.keys, &self.values)
     }
 }
 
