@@ -8,7 +8,9 @@ use clap::Args;
 use engine::kld::report::{CandidateReport, KldReport, KldSettingsReport};
 use engine::kld::stats::KldStats;
 use engine::kld::sweep::{chunks, sweep, ChunkSettings, Side};
-use engine::kld::trajectory::{agreement, greedy_ids, parse_prompts, TrajectoryPrompt};
+use engine::kld::trajectory::{
+    agreement, greedy_ids, parse_prompts, PromptAgreement, TrajectoryPrompt,
+};
 use engine::{Engine, GenerateOptions, KvSpec};
 use indicatif::{ProgressBar, ProgressStyle};
 use mlx_core::device;
@@ -120,6 +122,33 @@ fn read_prompts(path: &Path) -> Result<Vec<TrajectoryPrompt>> {
     Ok(parse_prompts(&text, &path.display().to_string())?)
 }
 
+/// For each candidate spec (run on `candidate`), how its greedy trajectory
+/// of every prompt agrees with the reference's.
+fn trajectory_agreements(
+    (reference, reference_spec): (&Engine, &KvSpec),
+    candidate: &Engine,
+    specs: &[KvSpec],
+    prompts: &[TrajectoryPrompt],
+    max_tokens: usize,
+) -> Result<Vec<Vec<PromptAgreement>>> {
+    let reference_ids = greedy_ids(
+        reference,
+        prompts,
+        &greedy_options(reference_spec, max_tokens)?,
+    )?;
+    specs
+        .iter()
+        .map(|spec| {
+            let ids = greedy_ids(candidate, prompts, &greedy_options(spec, max_tokens)?)?;
+            Ok(reference_ids
+                .iter()
+                .zip(&ids)
+                .map(|(r, c)| agreement(r, c))
+                .collect())
+        })
+        .collect()
+}
+
 fn finish(report: &KldReport, json: bool, out: Option<&PathBuf>) -> Result<()> {
     let value = serde_json::to_value(report)?;
     if let Some(out) = out {
@@ -209,27 +238,16 @@ pub fn kld(args: KldArgs) -> Result<()> {
     let trajectories = match &args.prompts {
         Some(path) => {
             let prompts = read_prompts(path)?;
-            let reference_ids = greedy_ids(
-                &ref_engine,
+            trajectory_agreements(
+                (&ref_engine, &reference_spec),
+                cand_model,
+                &specs,
                 &prompts,
-                &greedy_options(&reference_spec, args.max_tokens)?,
-            )?;
-            let mut per_candidate = Vec::new();
-            for spec in &specs {
-                let ids = greedy_ids(
-                    cand_model,
-                    &prompts,
-                    &greedy_options(spec, args.max_tokens)?,
-                )?;
-                per_candidate.push(Some(
-                    reference_ids
-                        .iter()
-                        .zip(&ids)
-                        .map(|(r, c)| agreement(r, c))
-                        .collect::<Vec<_>>(),
-                ));
-            }
-            per_candidate
+                args.max_tokens,
+            )?
+            .into_iter()
+            .map(Some)
+            .collect()
         }
         None => vec![None; specs.len()],
     };
@@ -304,27 +322,26 @@ pub fn trajectory(args: TrajectoryArgs) -> Result<()> {
     let engine = args.model.load(args.json)?;
     let dtype = engine.loaded.model.dtype;
     let start = Instant::now();
-    let reference_ids = greedy_ids(
+    let agreements = trajectory_agreements(
+        (&engine, &reference_spec),
         &engine,
+        &specs,
         &prompts,
-        &greedy_options(&reference_spec, args.max_tokens)?,
+        args.max_tokens,
     )?;
-    let mut candidates = Vec::new();
-    for spec in &specs {
-        let ids = greedy_ids(&engine, &prompts, &greedy_options(spec, args.max_tokens)?)?;
-        let agreements = reference_ids
-            .iter()
-            .zip(&ids)
-            .map(|(r, c)| agreement(r, c))
-            .collect();
-        candidates.push(CandidateReport::new(
-            spec.text.clone(),
-            spec.canonical(dtype),
-            None,
-            None,
-            Some(agreements),
-        ));
-    }
+    let candidates = specs
+        .iter()
+        .zip(agreements)
+        .map(|(spec, a)| {
+            CandidateReport::new(
+                spec.text.clone(),
+                spec.canonical(dtype),
+                None,
+                None,
+                Some(a),
+            )
+        })
+        .collect();
     let report = KldReport {
         settings: KldSettingsReport {
             model: engine.loaded.name.clone(),
