@@ -8,6 +8,7 @@
 //! folded in (done once by the loaders). The Q/K/V projections are one fused
 //! matrix, as are the gate and up projections.
 
+use mlx_core::device::{default_device, Device};
 use mlx_core::fast::{rms_norm, rope, scaled_dot_product_attention, AttentionMask, RopeOffset};
 use mlx_core::{Array, Dtype, Function};
 
@@ -261,16 +262,31 @@ fn gated_gelu(gate: &Array, up: &Array) -> Result<Array, ModelError> {
 }
 
 /// Attention of queries `[B, Hq, L, D]` over what a cache returned.
+///
+/// Quantized keys and values are attended to on their packed data on the GPU
+/// (it reads less memory), but dequantized first on the CPU, where MLX's
+/// `quantized_matmul` is a scalar loop several times slower than BLAS; both
+/// compute the same products up to float rounding order.
 fn attend_to(q: &Array, attend: &Attend, scale: f32) -> Result<Array, ModelError> {
-    if let (KvStore::Float(k), KvStore::Float(v)) = (&attend.keys, &attend.values) {
-        let mask = match &attend.mask {
-            KeyMask::All => AttentionMask::None,
-            KeyMask::Causal => AttentionMask::Causal,
-            KeyMask::Array(m) => AttentionMask::Array(m),
-        };
-        return Ok(scaled_dot_product_attention(q, k, v, scale, mask)?);
-    }
-    quantized_attention(q, attend, scale)
+    let float = |s: &KvStore| -> mlx_core::Result<Array> {
+        match s {
+            KvStore::Float(a) => Ok(a.clone()),
+            KvStore::Quantized(x) => x.dequantize()?.astype(q.dtype()),
+        }
+    };
+    let (keys, values) = match (&attend.keys, &attend.values) {
+        (KvStore::Float(k), KvStore::Float(v)) => (k.clone(), v.clone()),
+        _ if default_device()? == Device::Cpu => (float(&attend.keys)?, float(&attend.values)?),
+        _ => return quantized_attention(q, attend, scale),
+    };
+    let mask = match &attend.mask {
+        KeyMask::All => AttentionMask::None,
+        KeyMask::Causal => AttentionMask::Causal,
+        KeyMask::Array(m) => AttentionMask::Array(m),
+    };
+    Ok(scaled_dot_product_attention(
+        q, &keys, &values, scale, mask,
+    )?)
 }
 
 /// Attention where keys or values are quantized, computed on the packed data

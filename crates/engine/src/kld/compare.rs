@@ -1,7 +1,7 @@
 //! Comparing two next-token distributions per position, on the device; only
 //! a few numbers per position come back to the host.
 
-use mlx_core::{Array, Dtype};
+use mlx_core::{Array, Dtype, Function};
 
 use crate::error::GenerateError;
 use crate::kld::stats::PositionSamples;
@@ -17,6 +17,10 @@ pub fn log_softmax(logits: &Array) -> Result<Array, GenerateError> {
 pub struct Reference {
     /// Log-probabilities `[L, V]`.
     pub logprobs: Array,
+    /// Probabilities `exp(logprobs)` `[L, V]`, computed once for every
+    /// candidate (MLX's CPU `exp` is a scalar loop: on the default model a
+    /// 512-token chunk's exponentials take longer than its forward pass).
+    pub probs: Array,
     /// Top token per position `[L]`.
     pub top: Array,
 }
@@ -25,10 +29,42 @@ impl Reference {
     /// Prepares reference logits `[L, V]`.
     pub fn new(logits: &Array) -> Result<Reference, GenerateError> {
         let logprobs = log_softmax(logits)?;
+        let probs = logprobs.exp()?;
         let top = logprobs.argmax(-1, false)?;
-        mlx_core::eval(&[&logprobs, &top])?;
-        Ok(Reference { logprobs, top })
+        mlx_core::eval(&[&logprobs, &probs, &top])?;
+        Ok(Reference {
+            logprobs,
+            probs,
+            top,
+        })
     }
+}
+
+thread_local! {
+    /// `p · (lr − (z − lse))`, the per-token KL terms of reference
+    /// probabilities `p` and log-probabilities `lr` against candidate logits
+    /// `z` with row log-sum-exp `lse`, compiled into one fused kernel (the same operations
+    /// as computing the candidate's log-probabilities first, without writing
+    /// the intermediate `[L, V]` arrays). Compiled once per thread: MLX's
+    /// compile caches are per thread.
+    static KL_TERMS: Result<Function, String> = Function::new(|xs: &[Array]| match xs {
+        [p, lr, z, lse] => Ok(vec![p.multiply(&lr.subtract(&z.subtract(lse)?)?)?]),
+        _ => Err(mlx_core::Error::Host(format!("KL terms take 4 arrays, got {}", xs.len()))),
+    })
+    .and_then(|f| f.compile(true))
+    .map_err(|e| e.to_string());
+}
+
+/// Per-token KL terms through the compiled kernel.
+fn kl_terms(p: &Array, lr: &Array, z: &Array, lse: &Array) -> Result<Array, GenerateError> {
+    KL_TERMS.with(|f| {
+        let f = f
+            .as_ref()
+            .map_err(|e| GenerateError::Input(format!("compiling the KL terms: {e}")))?;
+        f.call(&[p, lr, z, lse])?
+            .pop()
+            .ok_or_else(|| GenerateError::Input("the KL terms kernel returned nothing".into()))
+    })
 }
 
 /// Adds to `samples` the positions `first..L-1` of candidate logits `[L, V]`
@@ -41,22 +77,24 @@ pub fn compare_into(
     first: i32,
     samples: &mut PositionSamples,
 ) -> Result<(), GenerateError> {
-    let cand = log_softmax(candidate_logits)?;
-    let shape = cand.shape();
+    let shape = candidate_logits.shape();
     let (l, v) = (shape[0], shape[1]);
     let rows = |a: &Array| a.slice(&[first, 0], &[l - 1, v], &[1, 1]);
-    let (lr, lc) = (rows(&reference.logprobs)?, rows(&cand)?);
-    // KL(ref ‖ cand) = Σ p_ref (ln p_ref − ln p_cand)
-    let kld = lr.exp()?.multiply(&lr.subtract(&lc)?)?.sum(&[-1], false)?;
+    let (p, lr) = (rows(&reference.probs)?, rows(&reference.logprobs)?);
+    let z = rows(&candidate_logits.astype(Dtype::Float32)?)?;
+    let lse = z.logsumexp(&[-1], true)?;
+    // KL(ref ‖ cand) = Σ p_ref (ln p_ref − ln p_cand), ln p_cand = z − lse
+    let kld = kl_terms(&p, &lr, &z, &lse)?.sum(&[-1], false)?;
     let same = reference
         .top
         .slice(&[first], &[l - 1], &[1])?
-        .equal(&cand.argmax(-1, false)?.slice(&[first], &[l - 1], &[1])?)?;
+        .equal(&z.argmax(-1, false)?)?;
     let next = next.slice(&[first], &[l - 1], &[1])?.reshape(&[-1, 1])?;
     let pick = |a: &Array| -> Result<Array, GenerateError> {
         Ok(a.take_along_axis(&next, -1)?.reshape(&[-1])?)
     };
-    let (ref_next, cand_next) = (pick(&lr)?, pick(&lc)?);
+    let ref_next = pick(&lr)?;
+    let cand_next = pick(&z)?.subtract(&lse.reshape(&[-1])?)?;
     mlx_core::eval(&[&kld, &same, &ref_next, &cand_next])?;
     let (kld, same) = (kld.to_vec::<f32>()?, same.to_vec::<bool>()?);
     let (ref_next, cand_next) = (ref_next.to_vec::<f32>()?, cand_next.to_vec::<f32>()?);
