@@ -2,7 +2,9 @@
 //! tokens, a 512-token prompt, and one 512-token chunk of the KLD sweep with
 //! one 8-bit candidate. On the CPU (float32) the model is the default GGUF
 //! file when present, random weights of the 270M shape otherwise;
-//! `BENCH_DEVICE=gpu` uses random bfloat16 weights of the 1B shape.
+//! `BENCH_DEVICE=gpu` uses random bfloat16 weights of the 1B shape, and
+//! times the decode step also with our GPU kernels in place of MLX's
+//! operations (`decode_step/context_gpu_kernels`).
 
 use std::time::Duration;
 
@@ -13,6 +15,7 @@ use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
 use engine::kld::sweep::{chunks, sweep, ChunkSettings, Side};
 use gemma::cache::{CacheFormat, KvFormat};
 use gemma::model::Gemma3;
+use mlx_core::Device;
 
 /// Context lengths of the decode step.
 const CONTEXTS: [usize; 3] = [128, 2048, 8192];
@@ -46,11 +49,21 @@ fn decode_steps(c: &mut Criterion, s: &Settings, model: &Gemma3) -> Result<(), B
     group
         .sampling_mode(SamplingMode::Flat)
         .throughput(Throughput::Elements(1));
+    // On the GPU, also with our kernels in place of MLX's operations.
+    let mut kernels = model.clone();
+    kernels.gpu_kernels = true;
+    let variants: &[(&str, &Gemma3)] = if s.device == Device::Gpu {
+        &[("context", model), ("context_gpu_kernels", &kernels)]
+    } else {
+        &[("context", model)]
+    };
     for (seed, context) in (1..).zip(CONTEXTS) {
-        let mut step = DecodeStep::new(model, CacheFormat::COMPUTE, context, seed)?;
-        group.bench_function(BenchmarkId::new("context", context), |b| {
-            b.iter(|| or_exit(step.run()))
-        });
+        for (name, variant) in variants {
+            let mut step = DecodeStep::new(variant, CacheFormat::COMPUTE, context, seed)?;
+            group.bench_function(BenchmarkId::new(*name, context), |b| {
+                b.iter(|| or_exit(step.run()))
+            });
+        }
     }
     group.finish();
     Ok(())

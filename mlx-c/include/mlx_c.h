@@ -41,6 +41,8 @@ typedef struct mlx_device_s* mlx_device;
 typedef struct mlx_stream_s* mlx_stream;
 /** A function of arrays to arrays, possibly compiled. */
 typedef struct mlx_closure_s* mlx_closure;
+/** A custom GPU kernel written in CUDA source (see mlx_cuda_kernel_new). */
+typedef struct mlx_cuda_kernel_s* mlx_cuda_kernel;
 
 /* ---- enums ------------------------------------------------------------- */
 
@@ -384,6 +386,40 @@ int mlx_fast_scaled_dot_product_attention(mlx_array* out, mlx_array q,
                                           float scale, const char* mask_mode,
                                           mlx_array mask, mlx_array sinks,
                                           mlx_stream s);
+
+/* ---- custom CUDA kernels ------------------------------------------------------------------ */
+
+/** The kinds of a custom kernel's template arguments. */
+typedef enum {
+  MLX_TEMPLATE_INT = 0,
+  MLX_TEMPLATE_BOOL = 1,
+  MLX_TEMPLATE_DTYPE = 2,
+} mlx_template_kind;
+
+/** A kernel whose body is `source` (CUDA), JIT-compiled by MLX's CUDA backend
+ * at first use (MLX's fast::cuda_kernel): inputs and outputs are typed
+ * pointers with the given names; `header` (nullable) goes before it. Applying
+ * it on a build or stream without CUDA is an error. */
+int mlx_cuda_kernel_new(mlx_cuda_kernel* out, const char* name,
+                        const char* const* input_names, size_t n_inputs,
+                        const char* const* output_names, size_t n_outputs,
+                        const char* source, const char* header,
+                        bool ensure_row_contiguous, int shared_memory);
+void mlx_cuda_kernel_free(mlx_cuda_kernel k);
+/** Runs `k` on `inputs`. Output i has `output_ndims[i]` dimensions, taken in
+ * turn from `output_shapes`, and dtype `output_dtypes[i]`. `grid` counts
+ * threads (rounded up to whole blocks of `block` threads). Template argument
+ * i is named `template_names[i]`; its value is an int, a bool (0/1) or an
+ * mlx_dtype, as `template_kinds[i]` says. */
+int mlx_cuda_kernel_apply(mlx_vector_array* out, mlx_cuda_kernel k,
+                          const mlx_array* inputs, size_t n_inputs,
+                          const int* output_shapes, const size_t* output_ndims,
+                          const mlx_dtype* output_dtypes, size_t n_outputs,
+                          const int* grid, const int* block,
+                          const char* const* template_names,
+                          const int* template_values,
+                          const mlx_template_kind* template_kinds,
+                          size_t n_templates, mlx_stream s);
 
 /* ---- random ------------------------------------------------------------------------------- */
 

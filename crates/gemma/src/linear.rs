@@ -2,6 +2,8 @@
 
 use mlx_core::{Array, QuantizedArray};
 
+use crate::kernels::linear_row;
+
 /// A weight matrix `[out, in]` applied as `x @ Wᵀ`.
 #[derive(Debug, Clone)]
 pub enum Linear {
@@ -14,8 +16,14 @@ pub enum Linear {
 impl Linear {
     /// `x @ Wᵀ`.
     pub fn forward(&self, x: &Array) -> mlx_core::Result<Array> {
+        self.forward_with(x, false)
+    }
+
+    /// `x @ Wᵀ`; with `gpu_kernels`, a single row against dense weights runs
+    /// through our GEMV kernel ([`crate::kernels::linear_row`]).
+    pub fn forward_with(&self, x: &Array, gpu_kernels: bool) -> mlx_core::Result<Array> {
         match self {
-            Linear::Dense(w) => x.linear(w),
+            Linear::Dense(w) => linear_row(x, w, gpu_kernels),
             Linear::Quantized(q) => q.matmul(x, true),
         }
     }
@@ -25,12 +33,18 @@ impl Linear {
     /// rows. A single input row runs as one fused product (one pass over the
     /// weights while decoding); several rows run one product per projection,
     /// so prefill rounds exactly as separate projections do (as mlx-lm's).
-    pub fn forward_parts(&self, x: &Array, sizes: &[i32]) -> mlx_core::Result<Vec<Array>> {
+    /// `gpu_kernels` as in [`Linear::forward_with`].
+    pub fn forward_parts(
+        &self,
+        x: &Array,
+        sizes: &[i32],
+        gpu_kernels: bool,
+    ) -> mlx_core::Result<Vec<Array>> {
         let rows = x.size() / x.dim(-1)?.max(1) as usize;
         let mut start = 0;
         let mut out = Vec::with_capacity(sizes.len());
         if rows == 1 {
-            let fused = self.forward(x)?;
+            let fused = self.forward_with(x, gpu_kernels)?;
             let mut begin = vec![0; fused.ndim()];
             let mut end = fused.shape();
             let strides = vec![1; fused.ndim()];

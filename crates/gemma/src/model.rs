@@ -9,13 +9,14 @@
 //! matrix, as are the gate and up projections.
 
 use mlx_core::device::{default_device, Device};
-use mlx_core::fast::{rms_norm, rope, scaled_dot_product_attention, AttentionMask, RopeOffset};
+use mlx_core::fast::{rms_norm, scaled_dot_product_attention, AttentionMask};
 use mlx_core::{Array, Dtype, Function};
 
 use crate::cache::{
     Attend, CacheError, CacheFormat, KeyMask, KvCache, KvStore, LayerCache, RotatingKvCache,
 };
 use crate::config::Gemma3Config;
+use crate::kernels::{qk_norm_rope, residual_norms, Rotary};
 use crate::linear::Linear;
 
 /// Errors of the forward pass.
@@ -70,6 +71,9 @@ pub struct Gemma3 {
     pub layers: Vec<Layer>,
     /// Final RMSNorm weight (1 + w).
     pub norm: Array,
+    /// Whether to run our GPU kernels of [`crate::kernels`] when computing on
+    /// the GPU (off by default: MLX's own operations).
+    pub gpu_kernels: bool,
 }
 
 impl Gemma3 {
@@ -97,7 +101,13 @@ impl Gemma3 {
     /// `caches` hold; the caches take the new tokens.
     pub fn forward(&self, tokens: &Array, caches: &mut [LayerCache]) -> Result<Array, ModelError> {
         let h = self.hidden(tokens, caches)?;
-        Ok(self.embed.forward(&h)?)
+        Ok(self.embed.forward_with(&h, self.uses_gpu_kernels()?)?)
+    }
+
+    /// Whether this forward pass runs our fused GPU kernels: asked for and
+    /// computing on the GPU.
+    pub fn uses_gpu_kernels(&self) -> mlx_core::Result<bool> {
+        Ok(self.gpu_kernels && default_device()? == Device::Gpu)
     }
 
     /// The final normalized hidden states `[B, L, hidden]`.
@@ -123,43 +133,64 @@ impl Gemma3 {
         let scale = Array::scalar((self.config.hidden_size as f64).sqrt(), Dtype::Bfloat16)?
             .astype(self.dtype)?;
         h = h.multiply(&scale)?;
+        let Some(first) = self.layers.first() else {
+            return Ok(rms_norm(&h, Some(&self.norm), self.config.rms_norm_eps)?);
+        };
+        let fused = self.uses_gpu_kernels()?;
+        let mut normed = rms_norm(&h, Some(&first.input_norm), self.config.rms_norm_eps)?;
         for (i, (layer, cache)) in self.layers.iter().zip(caches.iter_mut()).enumerate() {
-            h = self.block(i, layer, &h, cache)?;
+            let next_norm = self.layers.get(i + 1).map_or(&self.norm, |l| &l.input_norm);
+            (h, normed) = self.block(i, layer, (&h, &normed), next_norm, cache, fused)?;
         }
-        Ok(rms_norm(&h, Some(&self.norm), self.config.rms_norm_eps)?)
+        Ok(normed)
     }
 
+    /// One block on `x` and its input norm `x_normed`: returns the block's
+    /// output and that output normed with `next_norm` (the next block's
+    /// input norm, or the final norm).
     fn block(
         &self,
         index: usize,
         layer: &Layer,
-        x: &Array,
+        (x, x_normed): (&Array, &Array),
+        next_norm: &Array,
         cache: &mut LayerCache,
-    ) -> Result<Array, ModelError> {
+        fused: bool,
+    ) -> Result<(Array, Array), ModelError> {
         let eps = self.config.rms_norm_eps;
-        let r = self.attention(
-            index,
-            layer,
-            &rms_norm(x, Some(&layer.input_norm), eps)?,
-            cache,
+        let r = self.attention(index, layer, x_normed, cache, fused)?;
+        let (h, h_normed) = residual_norms(
+            x,
+            &r,
+            &layer.post_attention_norm,
+            &layer.pre_feedforward_norm,
+            eps,
+            fused,
         )?;
-        let h = x.add(&rms_norm(&r, Some(&layer.post_attention_norm), eps)?)?;
-        let r = self.mlp(
-            layer,
-            &rms_norm(&h, Some(&layer.pre_feedforward_norm), eps)?,
-        )?;
-        Ok(h.add(&rms_norm(&r, Some(&layer.post_feedforward_norm), eps)?)?)
+        let r = self.mlp(layer, &h_normed, fused)?;
+        Ok(residual_norms(
+            &h,
+            &r,
+            &layer.post_feedforward_norm,
+            next_norm,
+            eps,
+            fused,
+        )?)
     }
 
-    fn mlp(&self, layer: &Layer, x: &Array) -> Result<Array, ModelError> {
+    fn mlp(&self, layer: &Layer, x: &Array, fused: bool) -> Result<Array, ModelError> {
         let inter = self.config.intermediate_size as i32;
-        let parts = layer.gate_up_proj.forward_parts(x, &[inter, inter])?;
+        let parts = layer
+            .gate_up_proj
+            .forward_parts(x, &[inter, inter], fused)?;
         let [gate, up] = parts.as_slice() else {
             return Err(ModelError::Input(
                 "gate/up projection gave the wrong parts".into(),
             ));
         };
-        Ok(layer.down_proj.forward(&gated_gelu(gate, up)?)?)
+        Ok(layer
+            .down_proj
+            .forward_with(&gated_gelu(gate, up)?, fused)?)
     }
 
     fn attention(
@@ -168,6 +199,7 @@ impl Gemma3 {
         layer: &Layer,
         x: &Array,
         cache: &mut LayerCache,
+        fused: bool,
     ) -> Result<Array, ModelError> {
         let c = &self.config;
         let (hq, hkv, d) = (
@@ -179,31 +211,36 @@ impl Gemma3 {
         let (b, l) = (shape[0], shape[1]);
         let parts = layer
             .qkv_proj
-            .forward_parts(x, &[hq * d, hkv * d, hkv * d])?;
+            .forward_parts(x, &[hq * d, hkv * d, hkv * d], fused)?;
         let [q, k, v] = parts.as_slice() else {
             return Err(ModelError::Input(
                 "q/k/v projection gave the wrong parts".into(),
             ));
         };
-        let heads = |a: &Array, count: i32| -> mlx_core::Result<Array> {
-            a.reshape(&[b, l, count, d])?.transpose(&[0, 2, 1, 3])
-        };
-        let q = rms_norm(&heads(q, hq)?, Some(&layer.q_norm), c.rms_norm_eps)?;
-        let k = rms_norm(&heads(k, hkv)?, Some(&layer.k_norm), c.rms_norm_eps)?;
-        let v = heads(v, hkv)?;
-
         let (base, scale) = if c.is_sliding(index) {
             (c.rope_local_base_freq, 1.0)
         } else {
             (c.rope_theta, 1.0 / c.rope_scaling.unwrap_or(1.0))
         };
-        let offset = RopeOffset::Fixed(cache.offset());
-        let q = rope(&q, d, false, base, scale, offset)?;
-        let k = rope(&k, d, false, base, scale, offset)?;
+        let rotary = Rotary {
+            offset: cache.offset(),
+            base,
+            scale,
+        };
+        let (q, k) = qk_norm_rope(
+            q,
+            k,
+            (&layer.q_norm, &layer.k_norm),
+            (hq, hkv, d),
+            rotary,
+            c.rms_norm_eps,
+            fused,
+        )?;
+        let v = v.reshape(&[b, l, hkv, d])?.transpose(&[0, 2, 1, 3])?;
         let attend = cache.update_and_fetch(&k, &v)?;
         let out = attend_to(&q, &attend, c.attention_scale())?;
         let out = out.transpose(&[0, 2, 1, 3])?.reshape(&[b, l, hq * d])?;
-        Ok(layer.o_proj.forward(&out)?)
+        Ok(layer.o_proj.forward_with(&out, fused)?)
     }
 
     /// Bytes held by the weights.

@@ -58,6 +58,28 @@ pub(crate) fn new_array(f: impl FnOnce(*mut sys::mlx_array) -> i32) -> Result<Ar
     Ok(Array { raw: out })
 }
 
+/// The arrays of a vector handle returned by a C call; the vector is freed.
+pub(crate) fn take_vector(vector: sys::mlx_vector_array) -> Result<Vec<Array>> {
+    let guard = VectorGuard(vector);
+    let mut size = 0usize;
+    // SAFETY: live vector.
+    check(unsafe { sys::mlx_vector_array_size(&mut size, guard.0) })?;
+    // SAFETY: live vector, index in range, new handle out.
+    (0..size)
+        .map(|i| new_array(|out| unsafe { sys::mlx_vector_array_get(out, guard.0, i) }))
+        .collect()
+}
+
+/// Frees a vector of arrays on drop.
+struct VectorGuard(sys::mlx_vector_array);
+
+impl Drop for VectorGuard {
+    fn drop(&mut self) {
+        // SAFETY: a live handle owned by this guard.
+        unsafe { sys::mlx_vector_array_free(self.0) }
+    }
+}
+
 /// Runs a C call that writes two new array handles.
 pub(crate) fn new_arrays2(
     f: impl FnOnce(*mut sys::mlx_array, *mut sys::mlx_array) -> i32,

@@ -6,7 +6,7 @@ use std::ptr;
 
 use mlx_sys as sys;
 
-use crate::array::new_array;
+use crate::array::{new_array, take_vector};
 use crate::error::{check, Result};
 use crate::Array;
 
@@ -102,14 +102,7 @@ impl Function {
         check(unsafe {
             sys::mlx_closure_apply(&mut vector, self.raw, handles.as_ptr(), handles.len())
         })?;
-        let guard = VectorGuard(vector);
-        let mut size = 0usize;
-        // SAFETY: live vector.
-        check(unsafe { sys::mlx_vector_array_size(&mut size, guard.0) })?;
-        // SAFETY: live vector, index in range, new handle out.
-        (0..size)
-            .map(|i| new_array(|out| unsafe { sys::mlx_vector_array_get(out, guard.0, i) }))
-            .collect()
+        take_vector(vector)
     }
 }
 
@@ -117,15 +110,5 @@ impl Drop for Function {
     fn drop(&mut self) {
         // SAFETY: a live handle owned by this value.
         unsafe { sys::mlx_closure_free(self.raw) }
-    }
-}
-
-/// Frees a vector of arrays on drop.
-struct VectorGuard(sys::mlx_vector_array);
-
-impl Drop for VectorGuard {
-    fn drop(&mut self) {
-        // SAFETY: a live handle owned by this guard.
-        unsafe { sys::mlx_vector_array_free(self.0) }
     }
 }

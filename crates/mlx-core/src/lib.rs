@@ -11,6 +11,7 @@ pub mod device;
 mod dtype;
 mod error;
 pub mod fast;
+pub mod kernel;
 pub mod memory;
 mod ops;
 pub mod quantize;

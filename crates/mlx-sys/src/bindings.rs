@@ -35,6 +35,13 @@ pub struct mlx_closure_s {
 }
 #[doc = " A function of arrays to arrays, possibly compiled."]
 pub type mlx_closure = *mut mlx_closure_s;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct mlx_cuda_kernel_s {
+    _unused: [u8; 0],
+}
+#[doc = " A custom GPU kernel written in CUDA source (see mlx_cuda_kernel_new)."]
+pub type mlx_cuda_kernel = *mut mlx_cuda_kernel_s;
 pub const MLX_BOOL: mlx_dtype = 0;
 pub const MLX_UINT8: mlx_dtype = 1;
 pub const MLX_UINT16: mlx_dtype = 2;
@@ -807,6 +814,49 @@ unsafe extern "C" {
         mask_mode: *const ::std::os::raw::c_char,
         mask: mlx_array,
         sinks: mlx_array,
+        s: mlx_stream,
+    ) -> ::std::os::raw::c_int;
+}
+pub const MLX_TEMPLATE_INT: mlx_template_kind = 0;
+pub const MLX_TEMPLATE_BOOL: mlx_template_kind = 1;
+pub const MLX_TEMPLATE_DTYPE: mlx_template_kind = 2;
+#[doc = " The kinds of a custom kernel's template arguments."]
+pub type mlx_template_kind = ::std::os::raw::c_uint;
+unsafe extern "C" {
+    #[doc = " A kernel whose body is `source` (CUDA), JIT-compiled by MLX's CUDA backend\n at first use (MLX's fast::cuda_kernel): inputs and outputs are typed\n pointers with the given names; `header` (nullable) goes before it. Applying\n it on a build or stream without CUDA is an error."]
+    pub fn mlx_cuda_kernel_new(
+        out: *mut mlx_cuda_kernel,
+        name: *const ::std::os::raw::c_char,
+        input_names: *const *const ::std::os::raw::c_char,
+        n_inputs: usize,
+        output_names: *const *const ::std::os::raw::c_char,
+        n_outputs: usize,
+        source: *const ::std::os::raw::c_char,
+        header: *const ::std::os::raw::c_char,
+        ensure_row_contiguous: bool,
+        shared_memory: ::std::os::raw::c_int,
+    ) -> ::std::os::raw::c_int;
+}
+unsafe extern "C" {
+    pub fn mlx_cuda_kernel_free(k: mlx_cuda_kernel);
+}
+unsafe extern "C" {
+    #[doc = " Runs `k` on `inputs`. Output i has `output_ndims[i]` dimensions, taken in\n turn from `output_shapes`, and dtype `output_dtypes[i]`. `grid` counts\n threads (rounded up to whole blocks of `block` threads). Template argument\n i is named `template_names[i]`; its value is an int, a bool (0/1) or an\n mlx_dtype, as `template_kinds[i]` says."]
+    pub fn mlx_cuda_kernel_apply(
+        out: *mut mlx_vector_array,
+        k: mlx_cuda_kernel,
+        inputs: *const mlx_array,
+        n_inputs: usize,
+        output_shapes: *const ::std::os::raw::c_int,
+        output_ndims: *const usize,
+        output_dtypes: *const mlx_dtype,
+        n_outputs: usize,
+        grid: *const ::std::os::raw::c_int,
+        block: *const ::std::os::raw::c_int,
+        template_names: *const *const ::std::os::raw::c_char,
+        template_values: *const ::std::os::raw::c_int,
+        template_kinds: *const mlx_template_kind,
+        n_templates: usize,
         s: mlx_stream,
     ) -> ::std::os::raw::c_int;
 }

@@ -279,6 +279,7 @@ impl TensorMap {
             embed,
             layers,
             norm,
+            gpu_kernels: false,
         })
     }
 }

@@ -38,6 +38,10 @@ pub struct ModelArgs {
     /// MLX buffer-cache limit, in GiB.
     #[arg(long)]
     pub cache_limit: Option<f64>,
+    /// On the GPU, run our own kernels (GEMV, fused norms, q/k norm with
+    /// RoPE) in place of MLX's operations; they are compiled at first use.
+    #[arg(long)]
+    pub gpu_kernels: bool,
 }
 
 /// Devices on the command line.
@@ -134,7 +138,7 @@ impl ModelArgs {
             .map(|b| (if b == "8" { 8 } else { 4 }, 64));
         let source = self.source()?;
         let bar = progress_bar(&source, quiet);
-        let loaded = load(
+        let mut loaded = load(
             &source,
             LoadOptions { dtype, quantize },
             &mut |done, total| {
@@ -144,6 +148,7 @@ impl ModelArgs {
         )
         .with_context(|| "loading the model")?;
         bar.finish_and_clear();
+        loaded.model.gpu_kernels = self.gpu_kernels;
         Ok(Engine::new(loaded))
     }
 }

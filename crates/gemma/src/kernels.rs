@@ -1,0 +1,325 @@
+//! Fused GPU kernels for the decoder blocks (CUDA source, compiled by MLX at
+//! first use). On the GPU every MLX operation costs a kernel launch of about
+//! 10 µs whatever its size, so at decode time a Gemma 3 block is bound by its
+//! operation count; these kernels merge chains of small ones.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use mlx_core::fast::{rms_norm, rope, RopeOffset};
+use mlx_core::kernel::{CudaKernel, Launch, OutputSpec, TemplateArg};
+use mlx_core::Array;
+
+/// Threads per row.
+const BLOCK: i32 = 256;
+
+/// A block-wide float sum (every thread gets the total).
+const HEADER: &str = r#"
+__device__ __forceinline__ float gemma_block_sum(float v, float* scratch) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int warps = blockDim.x >> 5;
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float t = lane < warps ? scratch[lane] : 0.0f;
+  for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+  return t;
+}
+"#;
+
+/// One block per row of `H` values: `h = x + rms_norm(r)·w_post` and
+/// `normed = rms_norm(h)·w_next`, rounding where MLX's separate operations
+/// round (each norm's output and the sum, in `T`).
+const RESIDUAL_NORMS: &str = r#"
+  __shared__ float scratch[32];
+  const size_t row = blockIdx.x;
+  const T* xr = x + row * H;
+  const T* rr = r + row * H;
+  T* hr = h + row * H;
+  T* nr = normed + row * H;
+  float ss = 0.0f;
+  for (int i = threadIdx.x; i < H; i += blockDim.x) {
+    const float t = static_cast<float>(rr[i]);
+    ss += t * t;
+  }
+  const float inv_r = rsqrtf(gemma_block_sum(ss, scratch) / H + EPS);
+  float sh = 0.0f;
+  for (int i = threadIdx.x; i < H; i += blockDim.x) {
+    const T n = w_post[i] * static_cast<T>(static_cast<float>(rr[i]) * inv_r);
+    const T v = static_cast<T>(static_cast<float>(xr[i]) + static_cast<float>(n));
+    hr[i] = v;
+    const float t = static_cast<float>(v);
+    sh += t * t;
+  }
+  const float inv_h = rsqrtf(gemma_block_sum(sh, scratch) / H + EPS);
+  for (int i = threadIdx.x; i < H; i += blockDim.x) {
+    nr[i] = w_next[i] * static_cast<T>(static_cast<float>(hr[i]) * inv_h);
+  }
+"#;
+
+/// One block of `D / 2` threads per (batch, position, head) row of queries
+/// `q` `[B, L, HQ·D]` then keys `k` `[B, L, HKV·D]`: the head's RMSNorm
+/// (weights `q_w` / `k_w`), then RoPE over all `D` features (halves rotated
+/// against each other) at position `offset[0] + l`, written head-major as
+/// `q_out` `[B, HQ, L, D]` and `k_out` `[B, HKV, L, D]`. Rounds where MLX's
+/// RMSNorm and RoPE round, with RoPE's frequencies computed as MLX's are.
+const QK_NORM_ROPE: &str = r#"
+  __shared__ float scratch[32];
+  constexpr int HALF = D / 2;
+  const int L = q_shape[1];
+  const int heads = HQ + HKV;
+  const int head = blockIdx.x % heads;
+  const int bl = blockIdx.x / heads;
+  const int l = bl % L;
+  const int b = bl / L;
+  const bool is_q = head < HQ;
+  const T* src = is_q ? q + (static_cast<size_t>(bl) * HQ + head) * D
+                      : k + (static_cast<size_t>(bl) * HKV + (head - HQ)) * D;
+  const T* w = is_q ? q_w : k_w;
+  T* dst = is_q ? q_out + ((static_cast<size_t>(b) * HQ + head) * L + l) * D
+                : k_out + ((static_cast<size_t>(b) * HKV + (head - HQ)) * L + l) * D;
+  const int i = threadIdx.x;
+  const float a = static_cast<float>(src[i]);
+  const float c = static_cast<float>(src[i + HALF]);
+  const float inv = rsqrtf(gemma_block_sum(a * a + c * c, scratch) / D + EPS);
+  const float x1 = static_cast<float>(w[i] * static_cast<T>(a * inv));
+  const float x2 = static_cast<float>(w[i + HALF] * static_cast<T>(c * inv));
+  const float d = static_cast<float>(i) / static_cast<float>(HALF);
+  const float theta = ROPE_SCALE * static_cast<float>(l + offset[0]) * exp2f(-d * LOG2_BASE);
+  const float cs = cos(theta);
+  const float sn = sin(theta);
+  dst[i] = static_cast<T>(x1 * cs - x2 * sn);
+  dst[i + HALF] = static_cast<T>(x1 * sn + x2 * cs);
+"#;
+
+/// `y = x · Wᵀ` for one input row `x` `[K]` and weights `w` `[N, K]`: one
+/// warp per output row, 16-byte loads of both, float accumulation, the sum
+/// rounded once to `T` (as MLX's matmul rounds; only the order of the
+/// additions differs).
+const GEMV: &str = r#"
+  constexpr int WARPS = 8;
+  constexpr int V = 16 / sizeof(T);
+  const int lane = threadIdx.x & 31;
+  const int n = blockIdx.x * WARPS + (threadIdx.x >> 5);
+  if (n >= N) return;
+  const uint4* w4 = reinterpret_cast<const uint4*>(w + static_cast<size_t>(n) * K);
+  const uint4* x4 = reinterpret_cast<const uint4*>(x);
+  float acc = 0.0f;
+  #pragma unroll 4
+  for (int i = lane; i < K / V; i += 32) {
+    const uint4 wv = w4[i];
+    const uint4 xv = x4[i];
+    const T* wp = reinterpret_cast<const T*>(&wv);
+    const T* xp = reinterpret_cast<const T*>(&xv);
+    #pragma unroll
+    for (int j = 0; j < V; ++j) acc += static_cast<float>(wp[j]) * static_cast<float>(xp[j]);
+  }
+  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  if (lane == 0) y[n] = static_cast<T>(acc);
+"#;
+
+/// `x · Wᵀ` for a single input row `x` (`[..., K]` with one row) and a
+/// dense `w` `[N, K]`, through the GEMV kernel when `fused` and the shapes
+/// allow 16-byte loads (`K · size` a multiple of 16); otherwise MLX's matmul.
+pub fn linear_row(x: &Array, w: &Array, fused: bool) -> mlx_core::Result<Array> {
+    let (n, k) = (w.dim(0)?, w.dim(1)?);
+    let rows = x.size() / k.max(1) as usize;
+    let bytes = x.dtype().size_bytes() as i32;
+    if !fused || rows != 1 || x.dtype() != w.dtype() || (k * bytes) % 16 != 0 {
+        return x.linear(w);
+    }
+    let kernel = kernel_with_constants("gemma_gemv", &["x", "w"], &["y"], GEMV, &[])?;
+    let mut shape = x.shape();
+    if let Some(last) = shape.last_mut() {
+        *last = n;
+    }
+    let mut out = kernel.apply(
+        &[x, w],
+        &[OutputSpec {
+            shape,
+            dtype: x.dtype(),
+        }],
+        Launch {
+            grid: [(n + 7) / 8 * 256, 1, 1],
+            block: [256, 1, 1],
+        },
+        &[
+            ("T", TemplateArg::Dtype(x.dtype())),
+            ("N", TemplateArg::Int(n)),
+            ("K", TemplateArg::Int(k)),
+        ],
+    )?;
+    out.pop()
+        .ok_or_else(|| mlx_core::Error::Host("the GEMV kernel returned nothing".into()))
+}
+
+/// A kernel from `body` with float constants compiled in, built once per
+/// distinct set of constants.
+fn kernel_with_constants(
+    name: &str,
+    inputs: &[&str],
+    outputs: &[&str],
+    body: &str,
+    constants: &[(&str, f32)],
+) -> mlx_core::Result<Arc<CudaKernel>> {
+    static KERNELS: OnceLock<Mutex<HashMap<String, Arc<CudaKernel>>>> = OnceLock::new();
+    let mut full_name = name.to_string();
+    let mut source = String::new();
+    for (constant, value) in constants {
+        full_name.push_str(&format!("_{:08x}", value.to_bits()));
+        source.push_str(&format!("  constexpr float {constant} = {value:e}f;\n"));
+    }
+    source.push_str(body);
+    let mut kernels = KERNELS
+        .get_or_init(Default::default)
+        .lock()
+        .map_err(|_| mlx_core::Error::Host("the kernel cache lock is poisoned".into()))?;
+    if let Some(k) = kernels.get(&full_name) {
+        return Ok(k.clone());
+    }
+    let kernel = Arc::new(CudaKernel::new(
+        &full_name, inputs, outputs, &source, HEADER,
+    )?);
+    kernels.insert(full_name, kernel.clone());
+    Ok(kernel)
+}
+
+/// The last two outputs of a kernel call, in order.
+fn two(mut out: Vec<Array>, kernel: &str) -> mlx_core::Result<(Array, Array)> {
+    match (out.pop(), out.pop()) {
+        (Some(second), Some(first)) => Ok((first, second)),
+        _ => Err(mlx_core::Error::Host(format!(
+            "the {kernel} kernel returned too few outputs"
+        ))),
+    }
+}
+
+/// `h = x + rms_norm(r, w_post)` and `rms_norm(h, w_next)`: a residual
+/// connection between a branch's post-norm and the next pre-norm. With
+/// `fused`, one GPU kernel; otherwise three MLX operations.
+pub fn residual_norms(
+    x: &Array,
+    r: &Array,
+    w_post: &Array,
+    w_next: &Array,
+    eps: f32,
+    fused: bool,
+) -> mlx_core::Result<(Array, Array)> {
+    if !fused {
+        let h = x.add(&rms_norm(r, Some(w_post), eps)?)?;
+        let normed = rms_norm(&h, Some(w_next), eps)?;
+        return Ok((h, normed));
+    }
+    let shape = x.shape();
+    let hidden = shape.last().copied().unwrap_or(1);
+    let rows: i32 = shape.iter().rev().skip(1).product();
+    let spec = OutputSpec {
+        shape: shape.clone(),
+        dtype: x.dtype(),
+    };
+    let kernel = kernel_with_constants(
+        "gemma_residual_norms",
+        &["x", "r", "w_post", "w_next"],
+        &["h", "normed"],
+        RESIDUAL_NORMS,
+        &[("EPS", eps)],
+    )?;
+    let out = kernel.apply(
+        &[x, r, w_post, w_next],
+        &[spec.clone(), spec],
+        Launch {
+            grid: [rows * BLOCK, 1, 1],
+            block: [BLOCK, 1, 1],
+        },
+        &[
+            ("T", TemplateArg::Dtype(x.dtype())),
+            ("H", TemplateArg::Int(hidden)),
+        ],
+    )?;
+    two(out, "residual-norms")
+}
+
+/// Where the rotary embedding of [`qk_norm_rope`] starts and how it turns.
+#[derive(Debug, Clone, Copy)]
+pub struct Rotary {
+    /// Position of the first token.
+    pub offset: i32,
+    /// Frequency base.
+    pub base: f32,
+    /// Position multiplier (1 / linear scaling factor).
+    pub scale: f32,
+}
+
+/// Queries `q` `[B, L, Hq·D]` and keys `k` `[B, L, Hkv·D]` split into heads
+/// `[B, H, L, D]`, each head RMSNorm'd (`q_norm`, `k_norm`) then rotated
+/// (RoPE over all `D` features, halves against each other). With `fused`
+/// (and `D` a multiple of 64, as in every Gemma 3 size), one GPU kernel;
+/// otherwise MLX's operations.
+pub fn qk_norm_rope(
+    q: &Array,
+    k: &Array,
+    (q_norm, k_norm): (&Array, &Array),
+    (hq, hkv, d): (i32, i32, i32),
+    rotary: Rotary,
+    eps: f32,
+    fused: bool,
+) -> mlx_core::Result<(Array, Array)> {
+    let shape = q.shape();
+    let (b, l) = (shape[0], shape[1]);
+    if !fused || d % 64 != 0 {
+        let heads = |a: &Array, count: i32, w: &Array| -> mlx_core::Result<Array> {
+            let a = rms_norm(
+                &a.reshape(&[b, l, count, d])?.transpose(&[0, 2, 1, 3])?,
+                Some(w),
+                eps,
+            )?;
+            rope(
+                &a,
+                d,
+                false,
+                rotary.base,
+                rotary.scale,
+                RopeOffset::Fixed(rotary.offset),
+            )
+        };
+        return Ok((heads(q, hq, q_norm)?, heads(k, hkv, k_norm)?));
+    }
+    let kernel = kernel_with_constants(
+        "gemma_qk_norm_rope",
+        &["q", "k", "q_w", "k_w", "offset"],
+        &["q_out", "k_out"],
+        QK_NORM_ROPE,
+        &[
+            ("EPS", eps),
+            ("LOG2_BASE", rotary.base.log2()),
+            ("ROPE_SCALE", rotary.scale),
+        ],
+    )?;
+    let offset = Array::from_slice(&[rotary.offset], &[1])?;
+    let out = kernel.apply(
+        &[q, k, q_norm, k_norm, &offset],
+        &[
+            OutputSpec {
+                shape: vec![b, hq, l, d],
+                dtype: q.dtype(),
+            },
+            OutputSpec {
+                shape: vec![b, hkv, l, d],
+                dtype: k.dtype(),
+            },
+        ],
+        Launch {
+            grid: [b * l * (hq + hkv) * (d / 2), 1, 1],
+            block: [d / 2, 1, 1],
+        },
+        &[
+            ("T", TemplateArg::Dtype(q.dtype())),
+            ("D", TemplateArg::Int(d)),
+            ("HQ", TemplateArg::Int(hq)),
+            ("HKV", TemplateArg::Int(hkv)),
+        ],
+    )?;
+    two(out, "q/k norm and RoPE")
+}

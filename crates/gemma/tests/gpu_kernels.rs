@@ -1,0 +1,207 @@
+//! The fused GPU kernels against MLX's own operations. They need a CUDA build
+//! of MLX (the GPU machine); elsewhere each test says so and returns.
+
+use gemma::config::Gemma3Config;
+use gemma::kernels::{linear_row, qk_norm_rope, residual_norms, Rotary};
+use gemma::load::{load, LoadOptions, ModelSource};
+use gemma::model::Gemma3;
+use mlx_core::device::{is_available, set_default_device};
+use mlx_core::{random, Array, Device, Dtype};
+
+fn on_gpu() -> bool {
+    if !is_available(Device::Gpu).unwrap() {
+        eprintln!("no GPU in this MLX build: this test runs on the GPU machine");
+        return false;
+    }
+    set_default_device(Device::Gpu).unwrap();
+    true
+}
+
+fn floats(a: &Array) -> Vec<f32> {
+    a.astype(Dtype::Float32).unwrap().to_vec::<f32>().unwrap()
+}
+
+/// Largest |a − b| over the largest |b|.
+fn relative_gap(a: &[f32], b: &[f32]) -> f32 {
+    let scale = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+    a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / scale
+}
+
+#[test]
+fn residual_norms_kernel_matches_mlx_operations() {
+    if !on_gpu() {
+        return;
+    }
+    let key = random::key(3).unwrap();
+    let (k1, k2) = random::split(&key).unwrap();
+    for (dtype, tolerance) in [(Dtype::Float32, 1e-5), (Dtype::Bfloat16, 1e-2)] {
+        for (rows, hidden) in [(1, 640), (3, 1152), (2, 5376), (5, 100)] {
+            let x = random::normal(&[1, rows, hidden], Dtype::Float32, 0.0, 4.0, Some(&k1))
+                .unwrap()
+                .astype(dtype)
+                .unwrap();
+            let r = random::normal(&[1, rows, hidden], Dtype::Float32, 0.0, 30.0, Some(&k2))
+                .unwrap()
+                .astype(dtype)
+                .unwrap();
+            let w1 = random::uniform(0.5, 1.5, &[hidden], dtype, Some(&k1)).unwrap();
+            let w2 = random::uniform(0.0, 2.0, &[hidden], dtype, Some(&k2)).unwrap();
+            let (h, n) = residual_norms(&x, &r, &w1, &w2, 1e-6, true).unwrap();
+            let (h0, n0) = residual_norms(&x, &r, &w1, &w2, 1e-6, false).unwrap();
+            let (gh, gn) = (
+                relative_gap(&floats(&h), &floats(&h0)),
+                relative_gap(&floats(&n), &floats(&n0)),
+            );
+            eprintln!("{dtype:?} {rows}x{hidden}: sum {gh:.2e}, norm {gn:.2e}");
+            assert!(
+                gh <= tolerance && gn <= tolerance,
+                "{dtype:?} {rows}x{hidden}: {gh} {gn}"
+            );
+        }
+    }
+}
+
+#[test]
+fn qk_norm_rope_kernel_matches_mlx_operations() {
+    if !on_gpu() {
+        return;
+    }
+    let key = random::key(4).unwrap();
+    let (k1, k2) = random::split(&key).unwrap();
+    // (heads, kv heads, head dim) of 1B and 27B; sliding and global rotary.
+    for (dtype, tolerance) in [(Dtype::Float32, 1e-5), (Dtype::Bfloat16, 1e-2)] {
+        for (hq, hkv, d) in [(4, 1, 256), (32, 16, 128)] {
+            for (l, rotary) in [
+                (
+                    1,
+                    Rotary {
+                        offset: 0,
+                        base: 10_000.0,
+                        scale: 1.0,
+                    },
+                ),
+                (
+                    1,
+                    Rotary {
+                        offset: 3000,
+                        base: 1_000_000.0,
+                        scale: 0.125,
+                    },
+                ),
+                (
+                    7,
+                    Rotary {
+                        offset: 500,
+                        base: 10_000.0,
+                        scale: 1.0,
+                    },
+                ),
+            ] {
+                let q = random::normal(&[2, l, hq * d], Dtype::Float32, 0.0, 3.0, Some(&k1))
+                    .unwrap()
+                    .astype(dtype)
+                    .unwrap();
+                let k = random::normal(&[2, l, hkv * d], Dtype::Float32, 0.0, 3.0, Some(&k2))
+                    .unwrap()
+                    .astype(dtype)
+                    .unwrap();
+                let qw = random::uniform(0.5, 1.5, &[d], dtype, Some(&k1)).unwrap();
+                let kw = random::uniform(0.5, 1.5, &[d], dtype, Some(&k2)).unwrap();
+                let run = |fused| {
+                    qk_norm_rope(&q, &k, (&qw, &kw), (hq, hkv, d), rotary, 1e-6, fused).unwrap()
+                };
+                let ((qf, kf), (q0, k0)) = (run(true), run(false));
+                assert_eq!(qf.shape(), q0.shape());
+                assert_eq!(kf.shape(), k0.shape());
+                let (gq, gk) = (
+                    relative_gap(&floats(&qf), &floats(&q0)),
+                    relative_gap(&floats(&kf), &floats(&k0)),
+                );
+                eprintln!("{dtype:?} {hq}/{hkv}x{d} L={l} {rotary:?}: q {gq:.2e}, k {gk:.2e}");
+                assert!(gq <= tolerance && gk <= tolerance, "{gq} {gk}");
+            }
+        }
+    }
+}
+
+#[test]
+fn gemv_kernel_matches_mlx_matmul() {
+    if !on_gpu() {
+        return;
+    }
+    let key = random::key(5).unwrap();
+    let (k1, k2) = random::split(&key).unwrap();
+    for (dtype, tolerance) in [(Dtype::Float32, 1e-5), (Dtype::Bfloat16, 1e-2)] {
+        // 1B's q/k/v, gate/up, down and output projections; a K the kernel
+        // cannot load 16 bytes at a time (MLX's matmul then).
+        for (n, k) in [
+            (1536, 1152),
+            (13824, 1152),
+            (1152, 6912),
+            (262_144, 640),
+            (7, 100),
+        ] {
+            let x = random::normal(&[1, 1, k], Dtype::Float32, 0.0, 1.0, Some(&k1))
+                .unwrap()
+                .astype(dtype)
+                .unwrap();
+            let w = random::normal(&[n, k], Dtype::Float32, 0.0, 0.05, Some(&k2))
+                .unwrap()
+                .astype(dtype)
+                .unwrap();
+            let fused = linear_row(&x, &w, true).unwrap();
+            let plain = linear_row(&x, &w, false).unwrap();
+            assert_eq!(fused.shape(), vec![1, 1, n]);
+            let gap = relative_gap(&floats(&fused), &floats(&plain));
+            eprintln!("{dtype:?} {n}x{k}: {gap:.2e}");
+            assert!(gap <= tolerance, "{dtype:?} {n}x{k}: {gap}");
+        }
+    }
+}
+
+fn two_layers_of_1b() -> Gemma3 {
+    let config = Gemma3Config::published("1b", Some(2)).unwrap();
+    let source = ModelSource::Random {
+        config: Box::new(config),
+        seed: 5,
+    };
+    let options = LoadOptions {
+        dtype: Dtype::Bfloat16,
+        quantize: None,
+    };
+    load(&source, options, &mut |_, _| {}).unwrap().model
+}
+
+/// Logits of a 9-token prefill and 3 single-token steps.
+fn logits(model: &Gemma3) -> Vec<f32> {
+    let mut caches = model
+        .make_caches(gemma::cache::CacheFormat::COMPUTE)
+        .unwrap();
+    let prompt: Vec<i32> = (0..9).map(|i| 100 + 37 * i).collect();
+    let mut out = floats(
+        &model
+            .forward(&Array::from_slice(&prompt, &[1, 9]).unwrap(), &mut caches)
+            .unwrap(),
+    );
+    for t in [7, 11, 13] {
+        let step = model
+            .forward(&Array::from_slice(&[t], &[1, 1]).unwrap(), &mut caches)
+            .unwrap();
+        out.extend(floats(&step));
+    }
+    out
+}
+
+#[test]
+fn the_model_with_fused_kernels_gives_the_same_logits() {
+    if !on_gpu() {
+        return;
+    }
+    let mut model = two_layers_of_1b();
+    let plain = logits(&model);
+    model.gpu_kernels = true;
+    let fused = logits(&model);
+    let gap = relative_gap(&fused, &plain);
+    eprintln!("1B shape, 2 layers, bfloat16: largest logit gap {gap:.2e} of the largest logit");
+    assert!(gap < 2e-2, "{gap}");
+}
