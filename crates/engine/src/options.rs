@@ -4,8 +4,24 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use gemma::cache::CacheFormat;
+use mlx_core::device::default_device;
+use mlx_core::Device;
 use sample::SamplerConfig;
 use serde::Serialize;
+
+/// Prompt tokens per forward pass by default on `device`: 512 on the CPU,
+/// 2048 (mlx-lm's default) on the GPU. MLX's CPU attention scores every
+/// query of a chunk against every key it holds, masked or not, with a scalar
+/// `exp`, so a chunk longer than Gemma 3's 512-token sliding window wastes
+/// most of the sliding layers' attention: on the default model a
+/// 2048-token prompt ran at 240 tok/s in one chunk and 370 tok/s in chunks
+/// of 512.
+pub fn default_prefill_chunk(device: Device) -> usize {
+    match device {
+        Device::Cpu => 512,
+        Device::Gpu => 2048,
+    }
+}
 
 /// Settings of one generation.
 #[derive(Debug, Clone)]
@@ -21,7 +37,8 @@ pub struct GenerateOptions {
     /// Tokens kept in the compute dtype before the cache starts quantizing
     /// (mlx-lm's `quantized_kv_start`); prefill chunks are cut there.
     pub kv_start: usize,
-    /// Prompt tokens run per forward pass.
+    /// Prompt tokens run per forward pass (default:
+    /// [`default_prefill_chunk`] of the default device).
     pub prefill_chunk: usize,
     /// Set from any thread to stop the generation at the next token.
     pub cancel: Arc<AtomicBool>,
@@ -35,7 +52,7 @@ impl Default for GenerateOptions {
             stop_strings: Vec::new(),
             cache_format: CacheFormat::COMPUTE,
             kv_start: 0,
-            prefill_chunk: 2048,
+            prefill_chunk: default_prefill_chunk(default_device().unwrap_or(Device::Cpu)),
             cancel: Arc::new(AtomicBool::new(false)),
         }
     }

@@ -79,9 +79,9 @@ pub struct SamplingArgs {
     /// KV-cache format, e.g. `ctk=q8_0,ctv=q4_0,group=64`.
     #[arg(long)]
     pub kv: Option<String>,
-    /// Prompt tokens per forward pass.
-    #[arg(long, default_value_t = 2048)]
-    pub prefill_chunk: usize,
+    /// Prompt tokens per forward pass (default: 512 on cpu, 2048 on gpu).
+    #[arg(long)]
+    pub prefill_chunk: Option<usize>,
 }
 
 fn parse_bias(text: &str) -> Result<(u32, f32), String> {

@@ -44,14 +44,15 @@ fn options(sampling: &SamplingArgs) -> Result<GenerateOptions> {
         ..SamplerConfig::default()
     };
     sampler.validate()?;
+    let defaults = GenerateOptions::default();
     Ok(GenerateOptions {
         max_tokens: sampling.max_tokens,
         sampler,
         stop_strings: sampling.stop.clone(),
         cache_format: spec.cache_format()?,
         kv_start: spec.start,
-        prefill_chunk: sampling.prefill_chunk,
-        ..GenerateOptions::default()
+        prefill_chunk: sampling.prefill_chunk.unwrap_or(defaults.prefill_chunk),
+        ..defaults
     })
 }
 
