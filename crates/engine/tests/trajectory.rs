@@ -3,7 +3,7 @@
 
 mod kld_cli;
 
-use kld_cli::{num, report, temp_file};
+use kld_cli::{gemma_mlx, model, num, report, stderr, temp_file};
 use serde_json::Value;
 
 const PROMPTS: &str = r#"{"prompt": "The capital of France is"}
@@ -41,6 +41,15 @@ fn trajectory_scores_fall_with_fewer_bits() {
             &max,
         ],
     );
+    // The settings name the prompts file and carry no corpus chunking.
+    assert_eq!(r["settings"]["corpus"], prompts.as_str());
+    for field in ["ctx", "chunks", "forwards", "reference_kv_cache_bytes"] {
+        assert!(
+            r["settings"].get(field).is_none(),
+            "{field} in {}",
+            r["settings"]
+        );
+    }
     let candidates = r["candidates"].as_array().expect("candidates");
     assert_eq!(candidates.len(), 3);
     let reference_lengths: Vec<&Value> = agreements(&candidates[0])
@@ -88,4 +97,14 @@ fn trajectory_scores_fall_with_fewer_bits() {
         num(&candidates[1], "trajectory_score"),
     );
     assert!(q2 < q8, "q2 {q2} should score below q8 {q8}");
+}
+
+#[test]
+fn trajectory_without_candidates_says_so() {
+    let (_dir, prompts) = temp_file("prompts.jsonl", PROMPTS);
+    let prompts = prompts.display().to_string();
+    let model = model();
+    let out = gemma_mlx(&["trajectory", "--model", &model, "--prompts", &prompts]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("no candidates"), "{}", stderr(&out));
 }

@@ -13,10 +13,30 @@ pub struct KldSettingsReport {
     pub model: String,
     /// The candidate model in two-model mode.
     pub cand_model: Option<String>,
-    /// The corpus file.
+    /// The corpus file (the prompts file for trajectories alone).
     pub corpus: String,
-    /// sha256 of the corpus file.
+    /// sha256 of that file.
     pub corpus_sha256: String,
+    /// How the corpus was cut into chunks (absent for trajectories alone).
+    #[serde(flatten)]
+    pub chunking: Option<ChunkingReport>,
+    /// Seconds the sweep took.
+    pub seconds: f64,
+    /// MLX's version.
+    pub mlx_version: String,
+    /// The device.
+    pub device: String,
+    /// The compute dtype.
+    pub dtype: String,
+    /// The reference spec as typed.
+    pub reference_spec: String,
+    /// Its canonical form.
+    pub reference_canonical: String,
+}
+
+/// How a KLD sweep cut and ran its corpus.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChunkingReport {
     /// Tokens per chunk.
     pub ctx: usize,
     /// Chunks scored.
@@ -31,18 +51,6 @@ pub struct KldSettingsReport {
     pub two_forwards: bool,
     /// Forward passes run.
     pub forwards: usize,
-    /// Seconds the sweep took.
-    pub seconds: f64,
-    /// MLX's version.
-    pub mlx_version: String,
-    /// The device.
-    pub device: String,
-    /// The compute dtype.
-    pub dtype: String,
-    /// The reference spec as typed.
-    pub reference_spec: String,
-    /// Its canonical form.
-    pub reference_canonical: String,
     /// Reference KV-cache bytes at the chunk length.
     pub reference_kv_cache_bytes: usize,
 }

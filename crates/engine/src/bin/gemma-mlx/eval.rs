@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use engine::kld::report::{CandidateReport, KldReport, KldSettingsReport};
+use engine::kld::report::{CandidateReport, ChunkingReport, KldReport, KldSettingsReport};
 use engine::kld::stats::KldStats;
 use engine::kld::sweep::{chunks, sweep, ChunkSettings, Side};
 use engine::kld::trajectory::{
@@ -19,18 +19,49 @@ use sha2::{Digest, Sha256};
 use crate::model_args::ModelArgs;
 use crate::output::print_json;
 
-/// `kld`.
+/// The KV specs compared.
 #[derive(Debug, Args)]
-pub struct KldArgs {
-    /// Text to score (tokenized without special tokens).
-    #[arg(long)]
-    pub corpus: PathBuf,
+pub struct SpecArgs {
     /// The reference KV spec (default: the compute dtype).
     #[arg(long = "ref", default_value = "")]
     pub reference: String,
     /// A candidate KV spec (repeatable).
     #[arg(long = "cand")]
     pub candidates: Vec<String>,
+}
+
+impl SpecArgs {
+    /// The reference spec and the candidate specs, parsed.
+    fn parse(&self) -> Result<(KvSpec, Vec<KvSpec>)> {
+        let candidates = self
+            .candidates
+            .iter()
+            .map(|c| KvSpec::parse(c))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((KvSpec::parse(&self.reference)?, candidates))
+    }
+}
+
+/// Where a report goes besides the table on stdout.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// Print one JSON object on stdout's last line.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write the JSON object to this file.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+/// `kld`.
+#[derive(Debug, Args)]
+pub struct KldArgs {
+    /// Text to score (tokenized without special tokens).
+    #[arg(long)]
+    pub corpus: PathBuf,
+    /// The specs.
+    #[command(flatten)]
+    pub specs: SpecArgs,
     /// Tokens per chunk.
     #[arg(long, default_value_t = 512)]
     pub ctx: usize,
@@ -64,12 +95,9 @@ pub struct KldArgs {
     /// The model (when not comparing two models).
     #[command(flatten)]
     pub model: ModelArgs,
-    /// Print one JSON object on stdout's last line.
-    #[arg(long)]
-    pub json: bool,
-    /// Also write the JSON object to this file.
-    #[arg(long)]
-    pub out: Option<PathBuf>,
+    /// The report's outputs.
+    #[command(flatten)]
+    pub report: ReportArgs,
 }
 
 /// `trajectory`.
@@ -78,24 +106,18 @@ pub struct TrajectoryArgs {
     /// Prompts, one JSON object per line: {"prompt": "...", "chat": false}.
     #[arg(long)]
     pub prompts: PathBuf,
-    /// The reference KV spec.
-    #[arg(long = "ref", default_value = "")]
-    pub reference: String,
-    /// A candidate KV spec (repeatable).
-    #[arg(long = "cand", required = true)]
-    pub candidates: Vec<String>,
+    /// The specs (at least one candidate).
+    #[command(flatten)]
+    pub specs: SpecArgs,
     /// Tokens per trajectory.
     #[arg(long, default_value_t = 128)]
     pub max_tokens: usize,
     /// The model.
     #[command(flatten)]
     pub model: ModelArgs,
-    /// Print one JSON object on stdout's last line.
-    #[arg(long)]
-    pub json: bool,
-    /// Also write the JSON object to this file.
-    #[arg(long)]
-    pub out: Option<PathBuf>,
+    /// The report's outputs.
+    #[command(flatten)]
+    pub report: ReportArgs,
 }
 
 fn load_with(model: &ModelArgs, path: Option<&PathBuf>, quiet: bool) -> Result<Engine> {
@@ -149,14 +171,14 @@ fn trajectory_agreements(
         .collect()
 }
 
-fn finish(report: &KldReport, json: bool, out: Option<&PathBuf>) -> Result<()> {
+fn finish(report: &KldReport, outputs: &ReportArgs) -> Result<()> {
     let value = serde_json::to_value(report)?;
-    if let Some(out) = out {
+    if let Some(out) = &outputs.out {
         std::fs::write(out, serde_json::to_string_pretty(&value)?)
             .with_context(|| format!("writing {}", out.display()))?;
     }
     print!("{}", report.table());
-    if json {
+    if outputs.json {
         print_json(&value)?;
     }
     Ok(())
@@ -164,12 +186,7 @@ fn finish(report: &KldReport, json: bool, out: Option<&PathBuf>) -> Result<()> {
 
 /// Runs `kld`.
 pub fn kld(args: KldArgs) -> Result<()> {
-    let reference_spec = KvSpec::parse(&args.reference)?;
-    let mut specs = args
-        .candidates
-        .iter()
-        .map(|c| KvSpec::parse(c))
-        .collect::<Result<Vec<_>, _>>()?;
+    let (reference_spec, mut specs) = args.specs.parse()?;
     if args.self_test {
         specs.insert(0, reference_spec.clone());
     }
@@ -180,9 +197,10 @@ pub fn kld(args: KldArgs) -> Result<()> {
         }
         specs.push(reference_spec.clone());
     }
-    let ref_engine = load_with(&args.model, args.ref_model.as_ref(), args.json)?;
+    let quiet = args.report.json;
+    let ref_engine = load_with(&args.model, args.ref_model.as_ref(), quiet)?;
     let cand_engine = match &args.cand_model {
-        Some(path) => Some(load_with(&args.model, Some(path), args.json)?),
+        Some(path) => Some(load_with(&args.model, Some(path), quiet)?),
         None => None,
     };
     let cand_model = cand_engine.as_ref().unwrap_or(&ref_engine);
@@ -215,7 +233,7 @@ pub fn kld(args: KldArgs) -> Result<()> {
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    let bar = if args.json {
+    let bar = if quiet {
         ProgressBar::hidden()
     } else {
         ProgressBar::new(chunk_list.len() as u64)
@@ -276,24 +294,26 @@ pub fn kld(args: KldArgs) -> Result<()> {
             cand_model: cand_engine.as_ref().map(|e| e.loaded.name.clone()),
             corpus: args.corpus.display().to_string(),
             corpus_sha256: format!("{:x}", Sha256::digest(&corpus)),
-            ctx: args.ctx,
-            chunks: result.chunks,
-            chunks_requested: args.chunks,
-            bos: args.bos,
-            second_half: args.second_half,
-            two_forwards: args.two_forwards,
-            forwards: result.forwards,
+            chunking: Some(ChunkingReport {
+                ctx: args.ctx,
+                chunks: result.chunks,
+                chunks_requested: args.chunks,
+                bos: args.bos,
+                second_half: args.second_half,
+                two_forwards: args.two_forwards,
+                forwards: result.forwards,
+                reference_kv_cache_bytes: result.reference_cache_bytes,
+            }),
             seconds,
             mlx_version: device::mlx_version(),
             device: device::default_device()?.name().to_string(),
             dtype: dtype.name().to_string(),
             reference_spec: reference_spec.text.clone(),
             reference_canonical: reference_spec.canonical(dtype),
-            reference_kv_cache_bytes: result.reference_cache_bytes,
         },
         candidates,
     };
-    finish(&report, args.json, args.out.as_ref())?;
+    finish(&report, &args.report)?;
     if args.self_test {
         let c = &report.candidates[0];
         let stats = c.stats.as_ref();
@@ -312,14 +332,12 @@ pub fn kld(args: KldArgs) -> Result<()> {
 
 /// Runs `trajectory`.
 pub fn trajectory(args: TrajectoryArgs) -> Result<()> {
-    let reference_spec = KvSpec::parse(&args.reference)?;
-    let specs = args
-        .candidates
-        .iter()
-        .map(|c| KvSpec::parse(c))
-        .collect::<Result<Vec<_>, _>>()?;
+    let (reference_spec, specs) = args.specs.parse()?;
+    if specs.is_empty() {
+        bail!("no candidates: give --cand SPEC (repeatable)");
+    }
     let prompts = read_prompts(&args.prompts)?;
-    let engine = args.model.load(args.json)?;
+    let engine = args.model.load(args.report.json)?;
     let dtype = engine.loaded.model.dtype;
     let start = Instant::now();
     let agreements = trajectory_agreements(
@@ -348,22 +366,15 @@ pub fn trajectory(args: TrajectoryArgs) -> Result<()> {
             cand_model: None,
             corpus: args.prompts.display().to_string(),
             corpus_sha256: format!("{:x}", Sha256::digest(std::fs::read(&args.prompts)?)),
-            ctx: 0,
-            chunks: 0,
-            chunks_requested: 0,
-            bos: false,
-            second_half: false,
-            two_forwards: false,
-            forwards: 0,
+            chunking: None,
             seconds: start.elapsed().as_secs_f64(),
             mlx_version: device::mlx_version(),
             device: device::default_device()?.name().to_string(),
             dtype: dtype.name().to_string(),
             reference_spec: reference_spec.text.clone(),
             reference_canonical: reference_spec.canonical(dtype),
-            reference_kv_cache_bytes: 0,
         },
         candidates,
     };
-    finish(&report, args.json, args.out.as_ref())
+    finish(&report, &args.report)
 }
