@@ -79,7 +79,7 @@ pub struct SamplingArgs {
     /// KV-cache format, e.g. `ctk=q8_0,ctv=q4_0,group=64`.
     #[arg(long)]
     pub kv: Option<String>,
-    /// Prompt tokens per forward pass (default: 512 on cpu, 2048 on gpu).
+    /// Prompt tokens per forward pass (default: 256 on cpu, 2048 on gpu).
     #[arg(long)]
     pub prefill_chunk: Option<usize>,
 }
