@@ -8,9 +8,12 @@ use mlx_core::device::{is_available, set_default_device};
 use mlx_core::kernel::{CudaKernel, Launch, OutputSpec, TemplateArg};
 use mlx_core::{Array, Device, Dtype};
 
+/// Rounds as MLX's two operations do: the product to `T`, then the sum to
+/// `T` (`__fmul_rn` / `__fadd_rn` keep the compiler from fusing them).
 const AXPY: &str = "size_t i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < N) {
-      out[i] = static_cast<T>(static_cast<float>(a[i]) * SCALE + static_cast<float>(b[i]));
+      const T product = static_cast<T>(__fmul_rn(static_cast<float>(a[i]), static_cast<float>(SCALE)));
+      out[i] = static_cast<T>(__fadd_rn(static_cast<float>(product), static_cast<float>(b[i])));
     }";
 
 /// `out = a · SCALE + b`, elementwise, in the inputs' type `T`.
