@@ -16,6 +16,8 @@ use gemma::tokenizer::Tokenizer;
 use gemma::weights::gguf::GgufFile;
 use serde_json::Value;
 
+use common::{json_of, stderr};
+
 /// Runs `gemma-mlx` with `args`, feeding `stdin` (empty when `None`).
 fn run(args: &[&str], stdin: Option<&str>) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_gemma-mlx"))
@@ -30,27 +32,6 @@ fn run(args: &[&str], stdin: Option<&str>) -> Output {
         .expect("stdin takes the prompt");
     drop(pipe);
     child.wait_with_output().expect("gemma-mlx runs")
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-/// The JSON object on the last line of stdout of a successful run.
-fn last_json(out: &Output) -> Value {
-    assert!(
-        out.status.success(),
-        "gemma-mlx failed ({}): {}",
-        out.status,
-        stderr(out)
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout
-        .lines()
-        .last()
-        .unwrap_or_else(|| panic!("no output; stderr: {}", stderr(out)));
-    serde_json::from_str(line)
-        .unwrap_or_else(|e| panic!("stdout's last line is not JSON ({e}): {line}"))
 }
 
 fn ids(value: &Value) -> Vec<u32> {
@@ -72,7 +53,7 @@ fn generate_json(args: &[&str], stdin: Option<&str>) -> Value {
     let mut all = vec!["generate", "--json"];
     all.extend_from_slice(args);
     let out = run(&all, stdin);
-    let v = last_json(&out);
+    let v = json_of(&out);
     let fields = [
         "text",
         "token_ids",
@@ -235,7 +216,7 @@ fn stop_string_is_never_streamed() {
         ],
         None,
     );
-    let v = last_json(&out);
+    let v = json_of(&out);
     assert_eq!(v["finish_reason"], "stop_string");
     assert_eq!(v["text"], " the capital of the country of ");
     // The ids run to the token completing the stop string.
@@ -249,7 +230,7 @@ fn stop_string_is_never_streamed() {
 
 #[test]
 fn tokenize_json() {
-    let v = last_json(&run(
+    let v = json_of(&run(
         &["tokenize", "--json", "The capital of France is"],
         None,
     ));
@@ -271,7 +252,7 @@ fn tokenize_json() {
 
 #[test]
 fn info_json() {
-    let v = last_json(&run(&["info", "--json"], None));
+    let v = json_of(&run(&["info", "--json"], None));
     assert_eq!(v["layers"], 18);
     assert_eq!(v["hidden_size"], 640);
     assert_eq!(v["attention_heads"], 4);

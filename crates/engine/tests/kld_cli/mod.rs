@@ -1,8 +1,9 @@
 //! Running `gemma-mlx kld` and `gemma-mlx trajectory` on the default model
 //! and reading their JSON reports.
 
-// Each test file uses a different part of these helpers.
-#![allow(dead_code)]
+// Each test file uses a different part of these helpers (and of the
+// re-exported ones).
+#![allow(dead_code, unused_imports)]
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -11,6 +12,8 @@ use serde_json::Value;
 
 #[path = "../common/mod.rs"]
 mod common;
+
+pub use common::{json_of, stderr};
 
 /// The shipped corpus: real prose, 4,181 tokens (our tokenizer and the
 /// converted folder's `tokenizer.json` under transformers give the same ids).
@@ -42,25 +45,6 @@ pub fn report(subcommand: &str, args: &[&str]) -> Value {
     ];
     all.extend_from_slice(args);
     json_of(&gemma_mlx(&all))
-}
-
-/// The JSON object on the last line of stdout of a successful run.
-pub fn json_of(out: &Output) -> Value {
-    assert!(
-        out.status.success(),
-        "gemma-mlx failed ({}): {}",
-        out.status,
-        stderr(out)
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout.lines().last().unwrap_or("");
-    serde_json::from_str(line)
-        .unwrap_or_else(|e| panic!("stdout's last line is not JSON ({e}): {line}"))
-}
-
-/// stderr as text.
-pub fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 /// `report["candidates"][i]`.
