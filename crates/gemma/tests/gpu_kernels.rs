@@ -21,6 +21,15 @@ fn floats(a: &Array) -> Vec<f32> {
     a.astype(Dtype::Float32).unwrap().to_vec::<f32>().unwrap()
 }
 
+/// Normal samples of standard deviation `std`, drawn in float32 and cast
+/// to `dtype`.
+fn normal(shape: &[i32], std: f32, key: &Array, dtype: Dtype) -> Array {
+    random::normal(shape, Dtype::Float32, 0.0, std, Some(key))
+        .unwrap()
+        .astype(dtype)
+        .unwrap()
+}
+
 /// Largest |a − b| over the largest |b|.
 fn relative_gap(a: &[f32], b: &[f32]) -> f32 {
     let scale = b.iter().fold(0f32, |m, v| m.max(v.abs()));
@@ -36,14 +45,8 @@ fn residual_norms_kernel_matches_mlx_operations() {
     let (k1, k2) = random::split(&key).unwrap();
     for (dtype, tolerance) in [(Dtype::Float32, 1e-5), (Dtype::Bfloat16, 1e-2)] {
         for (rows, hidden) in [(1, 640), (3, 1152), (2, 5376), (5, 100)] {
-            let x = random::normal(&[1, rows, hidden], Dtype::Float32, 0.0, 4.0, Some(&k1))
-                .unwrap()
-                .astype(dtype)
-                .unwrap();
-            let r = random::normal(&[1, rows, hidden], Dtype::Float32, 0.0, 30.0, Some(&k2))
-                .unwrap()
-                .astype(dtype)
-                .unwrap();
+            let x = normal(&[1, rows, hidden], 4.0, &k1, dtype);
+            let r = normal(&[1, rows, hidden], 30.0, &k2, dtype);
             let w1 = random::uniform(0.5, 1.5, &[hidden], dtype, Some(&k1)).unwrap();
             let w2 = random::uniform(0.0, 2.0, &[hidden], dtype, Some(&k2)).unwrap();
             let (h, n) = residual_norms(&x, &r, &w1, &w2, 1e-6, true).unwrap();
@@ -97,14 +100,8 @@ fn qk_norm_rope_kernel_matches_mlx_operations() {
                     },
                 ),
             ] {
-                let q = random::normal(&[2, l, hq * d], Dtype::Float32, 0.0, 3.0, Some(&k1))
-                    .unwrap()
-                    .astype(dtype)
-                    .unwrap();
-                let k = random::normal(&[2, l, hkv * d], Dtype::Float32, 0.0, 3.0, Some(&k2))
-                    .unwrap()
-                    .astype(dtype)
-                    .unwrap();
+                let q = normal(&[2, l, hq * d], 3.0, &k1, dtype);
+                let k = normal(&[2, l, hkv * d], 3.0, &k2, dtype);
                 let qw = random::uniform(0.5, 1.5, &[d], dtype, Some(&k1)).unwrap();
                 let kw = random::uniform(0.5, 1.5, &[d], dtype, Some(&k2)).unwrap();
                 let run = |fused| {
@@ -141,14 +138,8 @@ fn gemv_kernel_matches_mlx_matmul() {
             (262_144, 640),
             (7, 100),
         ] {
-            let x = random::normal(&[1, 1, k], Dtype::Float32, 0.0, 1.0, Some(&k1))
-                .unwrap()
-                .astype(dtype)
-                .unwrap();
-            let w = random::normal(&[n, k], Dtype::Float32, 0.0, 0.05, Some(&k2))
-                .unwrap()
-                .astype(dtype)
-                .unwrap();
+            let x = normal(&[1, 1, k], 1.0, &k1, dtype);
+            let w = normal(&[n, k], 0.05, &k2, dtype);
             let fused = linear_row(&x, &w, true).unwrap();
             let plain = linear_row(&x, &w, false).unwrap();
             assert_eq!(fused.shape(), vec![1, 1, n]);
