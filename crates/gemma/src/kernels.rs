@@ -166,12 +166,9 @@ fn kernel_with_constants(
 ) -> mlx_core::Result<Arc<CudaKernel>> {
     static KERNELS: OnceLock<Mutex<HashMap<String, Arc<CudaKernel>>>> = OnceLock::new();
     let mut full_name = name.to_string();
-    let mut source = String::new();
-    for (constant, value) in constants {
+    for (_, value) in constants {
         full_name.push_str(&format!("_{:08x}", value.to_bits()));
-        source.push_str(&format!("  constexpr float {constant} = {value:e}f;\n"));
     }
-    source.push_str(body);
     let mut kernels = KERNELS
         .get_or_init(Default::default)
         .lock()
@@ -179,6 +176,11 @@ fn kernel_with_constants(
     if let Some(k) = kernels.get(&full_name) {
         return Ok(k.clone());
     }
+    let mut source = String::new();
+    for (constant, value) in constants {
+        source.push_str(&format!("  constexpr float {constant} = {value:e}f;\n"));
+    }
+    source.push_str(body);
     let kernel = Arc::new(CudaKernel::new(
         &full_name, inputs, outputs, &source, HEADER,
     )?);
