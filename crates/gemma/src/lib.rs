@@ -4,6 +4,7 @@ pub mod cache;
 pub mod chat_template;
 pub mod config;
 pub mod convert;
+pub mod decode_step;
 pub mod kernels;
 pub mod linear;
 pub mod load;

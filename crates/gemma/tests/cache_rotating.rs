@@ -152,6 +152,10 @@ fn visibility(mask: &KeyMask, queries: usize, keys: usize) -> Vec<Vec<bool>> {
                 })
                 .collect()
         }
+        KeyMask::Leading { valid, .. } => {
+            let n = valid.to_vec::<i32>().expect("valid")[0] as usize;
+            vec![(0..keys).map(|j| j < n).collect(); queries]
+        }
     }
 }
 
@@ -248,6 +252,7 @@ fn cache_attention(attend: &Attend, queries: &Array, scale: f32) -> Vec<f32> {
         KeyMask::All => AttentionMask::None,
         KeyMask::Causal => AttentionMask::Causal,
         KeyMask::Array(m) => AttentionMask::Array(m),
+        KeyMask::Leading { additive, .. } => AttentionMask::Array(additive),
     };
     scaled_dot_product_attention(queries, k, v, scale, mask)
         .expect("sdpa")

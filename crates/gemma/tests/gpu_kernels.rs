@@ -2,10 +2,12 @@
 //! of MLX (the GPU machine); elsewhere each test says so and returns.
 
 use gemma::config::Gemma3Config;
-use gemma::kernels::{linear_row, qk_norm_rope, residual_norms, Rotary};
+use gemma::decode_step::DecodeStep;
+use gemma::kernels::{decode_attention, linear_row, qk_norm_rope, residual_norms, Rotary};
 use gemma::load::{load, LoadOptions, ModelSource};
 use gemma::model::Gemma3;
 use mlx_core::device::{is_available, set_default_device};
+use mlx_core::fast::RopeOffset;
 use mlx_core::{random, Array, Device, Dtype};
 
 fn on_gpu() -> bool {
@@ -78,7 +80,7 @@ fn qk_norm_rope_kernel_matches_mlx_operations() {
                 (
                     1,
                     Rotary {
-                        offset: 0,
+                        offset: RopeOffset::Fixed(0),
                         base: 10_000.0,
                         scale: 1.0,
                     },
@@ -86,7 +88,7 @@ fn qk_norm_rope_kernel_matches_mlx_operations() {
                 (
                     1,
                     Rotary {
-                        offset: 3000,
+                        offset: RopeOffset::Fixed(3000),
                         base: 1_000_000.0,
                         scale: 0.125,
                     },
@@ -94,7 +96,7 @@ fn qk_norm_rope_kernel_matches_mlx_operations() {
                 (
                     7,
                     Rotary {
-                        offset: 500,
+                        offset: RopeOffset::Fixed(500),
                         base: 10_000.0,
                         scale: 1.0,
                     },
@@ -150,6 +152,66 @@ fn gemv_kernel_matches_mlx_matmul() {
     }
 }
 
+#[test]
+fn decode_attention_kernel_matches_mlx_attention() {
+    if !on_gpu() {
+        return;
+    }
+    let key = random::key(6).unwrap();
+    let (k1, k2) = random::split(&key).unwrap();
+    let k3 = random::split(&k2).unwrap().0;
+    for (dtype, tolerance) in [(Dtype::Float32, 1e-5), (Dtype::Bfloat16, 1e-2)] {
+        // 1B / 270M (4 over 1), 27B (32 over 16), a small head; buffers
+        // partly valid, exactly full, and holding one key.
+        for (hq, hkv, d) in [(4, 1, 256), (32, 16, 128), (8, 8, 64)] {
+            for (capacity, valid) in [(512, 300), (2304, 2304), (256, 1), (8192, 5000)] {
+                let q = normal(&[1, hq, 1, d], 1.0, &k1, dtype);
+                let keys = normal(&[1, hkv, capacity, d], 1.0, &k2, dtype);
+                let values = normal(&[1, hkv, capacity, d], 1.0, &k3, dtype);
+                let count = Array::from_slice(&[valid], &[1]).unwrap();
+                let scale = 1.0 / (d as f32).sqrt();
+                let ours = decode_attention(&q, &keys, &values, &count, scale)
+                    .unwrap()
+                    .expect("the kernel takes these shapes");
+                // Reference: MLX's attention on the CPU in float32 over the
+                // valid keys (MLX's float32 attention on the GPU rounds more:
+                // 3.5e-4 of the largest output here).
+                set_default_device(Device::Cpu).unwrap();
+                let seen = |a: &Array| {
+                    a.slice(&[0, 0, 0, 0], &[1, hkv, valid, d], &[1; 4])
+                        .unwrap()
+                        .astype(Dtype::Float32)
+                        .unwrap()
+                };
+                let theirs = mlx_core::fast::scaled_dot_product_attention(
+                    &q.astype(Dtype::Float32).unwrap(),
+                    &seen(&keys),
+                    &seen(&values),
+                    scale,
+                    mlx_core::fast::AttentionMask::None,
+                )
+                .unwrap();
+                theirs.eval().unwrap();
+                set_default_device(Device::Gpu).unwrap();
+                assert_eq!(ours.shape(), theirs.shape());
+                let gap = relative_gap(&floats(&ours), &floats(&theirs));
+                eprintln!("{dtype:?} {hq}/{hkv}x{d}, {valid} of {capacity}: {gap:.2e}");
+                assert!(
+                    gap <= tolerance,
+                    "{dtype:?} {hq}/{hkv}x{d} {valid}/{capacity}: {gap}"
+                );
+            }
+        }
+    }
+    // Two queries: not the kernel's case.
+    let q = normal(&[1, 4, 2, 256], 1.0, &k1, Dtype::Float32);
+    let kv = normal(&[1, 1, 16, 256], 1.0, &k2, Dtype::Float32);
+    let count = Array::from_slice(&[16], &[1]).unwrap();
+    assert!(decode_attention(&q, &kv, &kv, &count, 0.1)
+        .unwrap()
+        .is_none());
+}
+
 fn two_layers_of_1b() -> Gemma3 {
     let config = Gemma3Config::published("1b", Some(2)).unwrap();
     let source = ModelSource::Random {
@@ -195,4 +257,42 @@ fn the_model_with_fused_kernels_gives_the_same_logits() {
     let gap = relative_gap(&fused, &plain);
     eprintln!("1B shape, 2 layers, bfloat16: largest logit gap {gap:.2e} of the largest logit");
     assert!(gap < 2e-2, "{gap}");
+}
+
+/// Logits of a 9-token eager prefill and 3 compiled fixed-shape steps.
+fn compiled_logits(model: &Gemma3) -> Vec<f32> {
+    let mut caches = model
+        .make_caches(gemma::cache::CacheFormat::COMPUTE)
+        .unwrap();
+    let prompt: Vec<i32> = (0..9).map(|i| 100 + 37 * i).collect();
+    let mut out = floats(
+        &model
+            .forward(&Array::from_slice(&prompt, &[1, 9]).unwrap(), &mut caches)
+            .unwrap(),
+    );
+    let step = DecodeStep::new(model, true).unwrap();
+    assert!(step.reserve(&mut caches, 12).unwrap());
+    for t in [7, 11, 13] {
+        let logits = step
+            .forward(&Array::from_slice(&[t], &[1, 1]).unwrap(), &mut caches)
+            .unwrap();
+        out.extend(floats(&logits));
+    }
+    out
+}
+
+#[test]
+fn the_compiled_decode_step_gives_the_same_logits_on_the_gpu() {
+    if !on_gpu() {
+        return;
+    }
+    let mut model = two_layers_of_1b();
+    let plain = logits(&model);
+    for kernels in [false, true] {
+        model.gpu_kernels = kernels;
+        let compiled = compiled_logits(&model);
+        let gap = relative_gap(&compiled, &plain);
+        eprintln!("compiled step, kernels {kernels}: largest logit gap {gap:.2e}");
+        assert!(gap < 2e-2, "kernels {kernels}: {gap}");
+    }
 }

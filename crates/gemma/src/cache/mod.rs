@@ -20,7 +20,7 @@ pub use rotating::RotatingKvCache;
 
 pub(crate) use plain::causal_mask;
 
-use mlx_core::Array;
+use mlx_core::{zeros, Array, Dtype};
 
 /// Positions are allocated in multiples of this many.
 pub const STEP: i32 = 256;
@@ -87,6 +87,42 @@ pub enum KeyMask {
     Causal,
     /// A boolean `[queries, keys]` array: true where the query sees the key.
     Array(Array),
+    /// The leading `valid` keys (an int32 array `[1]`), for one query; the
+    /// same mask as an additive `[1, keys]` array (0 seen, −∞ not).
+    Leading {
+        /// How many leading keys the query sees.
+        valid: Array,
+        /// 0 on those keys, −∞ on the rest.
+        additive: Array,
+    },
+}
+
+/// A cache's buffers laid out for a fixed-shape single-token step
+/// ([`crate::decode_step::DecodeStep`]): float keys and values
+/// `[1, heads, capacity, dim]`, the position the next token is written at,
+/// and how many leading positions hold valid vectors once it is written.
+#[derive(Debug, Clone)]
+pub struct FixedSlot {
+    /// The key buffer.
+    pub keys: Array,
+    /// The value buffer.
+    pub values: Array,
+    /// Where the next token's key and value go.
+    pub write_at: i32,
+    /// Leading positions valid after the write (the rest is masked).
+    pub valid: i32,
+}
+
+/// The shape and dtype of key and value buffers a cache creates when it has
+/// none yet.
+#[derive(Debug, Clone, Copy)]
+pub struct VectorSpec {
+    /// Key/value heads.
+    pub heads: i32,
+    /// Features per head.
+    pub dim: i32,
+    /// The compute dtype (used where the format keeps it).
+    pub dtype: Dtype,
 }
 
 /// What attention reads after a cache update: the keys and values to attend
@@ -128,6 +164,36 @@ impl LayerCache {
         match self {
             LayerCache::Plain(c) => LayerCache::Plain(c.quantize_from(start)),
             LayerCache::Rotating(c) => LayerCache::Rotating(c.quantize_from(start)),
+        }
+    }
+
+    /// Readies the cache for fixed-shape single-token steps until it holds
+    /// `positions` tokens: float buffers of batch 1 grown to their final
+    /// capacity. Returns false, changing nothing, when the cache stores or
+    /// will by then store quantized vectors, or holds a batch of several.
+    pub fn reserve_fixed(&mut self, positions: i32, spec: VectorSpec) -> Result<bool, CacheError> {
+        match self {
+            LayerCache::Plain(c) => c.reserve_fixed(positions, spec),
+            LayerCache::Rotating(c) => c.reserve_fixed(positions, spec),
+        }
+    }
+
+    /// The buffers and positions of the next fixed-shape step, or `None`
+    /// when the cache is not reserved for it (see
+    /// [`LayerCache::reserve_fixed`]) or its buffers are full.
+    pub fn fixed_slot(&self) -> Option<FixedSlot> {
+        match self {
+            LayerCache::Plain(c) => c.fixed_slot(),
+            LayerCache::Rotating(c) => c.fixed_slot(),
+        }
+    }
+
+    /// Takes the buffers a fixed-shape step wrote one token into (at the
+    /// slot [`LayerCache::fixed_slot`] gave) and counts the token.
+    pub fn commit_fixed(&mut self, keys: Array, values: Array) {
+        match self {
+            LayerCache::Plain(c) => c.commit_fixed(keys, values),
+            LayerCache::Rotating(c) => c.commit_fixed(keys, values),
         }
     }
 
@@ -182,6 +248,73 @@ pub(crate) fn pair_arrays<'a>(
             KvStore::Quantized(q) => vec![&q.packed, &q.scales, &q.biases],
         })
         .collect()
+}
+
+/// Whether a cache's buffers can be reserved for fixed-shape steps in
+/// `format`: both formats float, and buffers (if any) float of batch 1.
+pub(crate) fn fixed_ready(
+    keys: &Option<KvStore>,
+    values: &Option<KvStore>,
+    format: CacheFormat,
+) -> bool {
+    let float_format = |f: KvFormat| matches!(f, KvFormat::Float(_));
+    let float_store = |s: &Option<KvStore>| match s {
+        None => true,
+        Some(KvStore::Float(a)) => a.shape().first() == Some(&1),
+        Some(KvStore::Quantized(_)) => false,
+    };
+    float_format(format.keys)
+        && float_format(format.values)
+        && float_store(keys)
+        && float_store(values)
+}
+
+/// Grows (or creates) float buffers checked by [`fixed_ready`] to at least
+/// `capacity` positions, zero-filled past what they held.
+pub(crate) fn reserve_float(
+    keys: &mut Option<KvStore>,
+    values: &mut Option<KvStore>,
+    format: CacheFormat,
+    capacity: i32,
+    spec: VectorSpec,
+) -> Result<(), CacheError> {
+    for (store, stored) in [(keys, format.keys), (values, format.values)] {
+        let dtype = match stored {
+            KvFormat::Float(d) => d.unwrap_or(spec.dtype),
+            KvFormat::Quantized { .. } => {
+                return Err(CacheError::Format(
+                    "fixed-shape buffers must hold floats".into(),
+                ))
+            }
+        };
+        let grown = match store.take() {
+            None => KvStore::Float(zeros(&[1, spec.heads, capacity, spec.dim], dtype)?),
+            Some(s) if s.positions() < capacity => {
+                let extra = KvStore::zeros_like(&s, capacity - s.positions())?;
+                KvStore::concat(&[&s, &extra])?
+            }
+            Some(s) => s,
+        };
+        *store = Some(grown);
+    }
+    Ok(())
+}
+
+/// The float buffers of a cache, if both are float with room at `write_at`.
+pub(crate) fn float_buffers(
+    keys: &Option<KvStore>,
+    values: &Option<KvStore>,
+    write_at: i32,
+) -> Option<(Array, Array)> {
+    match (keys, values) {
+        (Some(KvStore::Float(k)), Some(KvStore::Float(v)))
+            if write_at < k.shape().get(2).copied().unwrap_or(0)
+                && write_at < v.shape().get(2).copied().unwrap_or(0) =>
+        {
+            Some((k.clone(), v.clone()))
+        }
+        _ => None,
+    }
 }
 
 /// Bytes held by a cache's key and value buffers.

@@ -3,8 +3,8 @@
 use mlx_core::{arange, Array, Dtype};
 
 use super::{
-    convert_stores, pair_arrays, pair_nbytes, round_up, Attend, CacheError, CacheFormat, KeyMask,
-    KvStore,
+    convert_stores, fixed_ready, float_buffers, pair_arrays, pair_nbytes, reserve_float, round_up,
+    Attend, CacheError, CacheFormat, FixedSlot, KeyMask, KvStore, VectorSpec,
 };
 
 /// A growing KV cache. Buffers grow by whole steps of 256 positions, so
@@ -98,6 +98,50 @@ impl KvCache {
         };
         let mask = if n > 1 { KeyMask::Causal } else { KeyMask::All };
         Ok(Attend { keys, values, mask })
+    }
+
+    /// See [`super::LayerCache::reserve_fixed`]: buffers of `positions`
+    /// rounded up to whole steps.
+    pub fn reserve_fixed(&mut self, positions: i32, spec: VectorSpec) -> Result<bool, CacheError> {
+        let last = positions.max(self.offset + 1) - 1;
+        let format = self.format.active(self.offset, self.start);
+        if format != self.format.active(last, self.start)
+            || !fixed_ready(&self.keys, &self.values, format)
+        {
+            return Ok(false);
+        }
+        convert_stores(&mut self.keys, &mut self.values, format)?;
+        reserve_float(
+            &mut self.keys,
+            &mut self.values,
+            format,
+            round_up(last + 1),
+            spec,
+        )?;
+        Ok(true)
+    }
+
+    /// See [`super::LayerCache::fixed_slot`]: the next token goes after the
+    /// tokens held, and every position up to it is valid.
+    pub fn fixed_slot(&self) -> Option<FixedSlot> {
+        let format = self.format.active(self.offset, self.start);
+        if !fixed_ready(&self.keys, &self.values, format) {
+            return None;
+        }
+        let (keys, values) = float_buffers(&self.keys, &self.values, self.offset)?;
+        Some(FixedSlot {
+            keys,
+            values,
+            write_at: self.offset,
+            valid: self.offset + 1,
+        })
+    }
+
+    /// See [`super::LayerCache::commit_fixed`].
+    pub fn commit_fixed(&mut self, keys: Array, values: Array) {
+        self.keys = Some(KvStore::Float(keys));
+        self.values = Some(KvStore::Float(values));
+        self.offset += 1;
     }
 
     /// Forgets the last `n` tokens; returns how many were forgotten.

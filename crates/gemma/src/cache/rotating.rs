@@ -4,8 +4,8 @@ use mlx_core::{arange, Array, Dtype};
 
 use super::plain::causal_mask;
 use super::{
-    convert_stores, pair_arrays, pair_nbytes, round_up, Attend, CacheError, CacheFormat, KeyMask,
-    KvStore, STEP,
+    convert_stores, fixed_ready, float_buffers, pair_arrays, pair_nbytes, reserve_float, round_up,
+    Attend, CacheError, CacheFormat, FixedSlot, KeyMask, KvStore, VectorSpec, STEP,
 };
 
 /// A sliding-window KV cache holding the last `window` tokens.
@@ -242,6 +242,48 @@ impl RotatingKvCache {
             values: attend_values,
             mask,
         })
+    }
+
+    /// See [`super::LayerCache::reserve_fixed`]: buffers of `positions`
+    /// rounded up to whole steps, at most the window.
+    pub fn reserve_fixed(&mut self, positions: i32, spec: VectorSpec) -> Result<bool, CacheError> {
+        let last = positions.max(self.offset + 1) - 1;
+        let format = self.format.active(self.offset, self.start);
+        if format != self.format.active(last, self.start)
+            || !fixed_ready(&self.keys, &self.values, format)
+        {
+            return Ok(false);
+        }
+        convert_stores(&mut self.keys, &mut self.values, format)?;
+        let capacity = round_up(last + 1).min(self.window);
+        reserve_float(&mut self.keys, &mut self.values, format, capacity, spec)?;
+        Ok(true)
+    }
+
+    /// See [`super::LayerCache::fixed_slot`]: the next token goes into the
+    /// ring at `next`; until the ring is full the valid positions are the
+    /// leading `filled` ones, and `next == filled`.
+    pub fn fixed_slot(&self) -> Option<FixedSlot> {
+        let format = self.format.active(self.offset, self.start);
+        if !fixed_ready(&self.keys, &self.values, format) {
+            return None;
+        }
+        let (keys, values) = float_buffers(&self.keys, &self.values, self.next)?;
+        Some(FixedSlot {
+            keys,
+            values,
+            write_at: self.next,
+            valid: (self.filled + 1).min(self.window),
+        })
+    }
+
+    /// See [`super::LayerCache::commit_fixed`].
+    pub fn commit_fixed(&mut self, keys: Array, values: Array) {
+        self.keys = Some(KvStore::Float(keys));
+        self.values = Some(KvStore::Float(values));
+        self.offset += 1;
+        self.filled = (self.filled + 1).min(self.window);
+        self.next = (self.next + 1) % self.window;
     }
 
     /// Forgets the last `n` tokens while every kept token is still in the

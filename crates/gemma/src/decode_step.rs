@@ -1,0 +1,240 @@
+//! A single-token decode step of fixed shapes, traced once and compiled by
+//! MLX, for the generation loop.
+//!
+//! The eager forward pass builds its graph anew through the FFI for every
+//! token, with key lengths that grow by one per step. Here the caches are
+//! reserved up front ([`LayerCache::reserve_fixed`]: float buffers of their
+//! final capacity), each new key and value is written at a position held in
+//! an array, and attention runs over the whole buffers under an additive mask
+//! of the valid positions. Shapes never change, so MLX traces the step once;
+//! every later step replays the traced graph (its elementwise chains fused)
+//! without building it again.
+
+use mlx_core::{arange, where_, Array, Dtype, Function};
+
+use crate::cache::{Attend, FixedSlot, KeyMask, KvStore, LayerCache, VectorSpec};
+use crate::model::{Gemma3, KvTarget, ModelError};
+
+/// Inputs before the per-layer buffers: token, position, ring slot, ring valid.
+const SCALAR_INPUTS: usize = 4;
+
+/// One layer's keys and values in a fixed-shape step: buffers written at
+/// `write_at`, attended to on their first `valid` positions (`mask` is the
+/// same as an additive mask).
+pub(crate) struct FixedTarget<'a> {
+    keys: Array,
+    values: Array,
+    /// The RoPE position of the token.
+    pub(crate) position: &'a Array,
+    write_at: &'a Array,
+    valid: &'a Array,
+    mask: &'a Array,
+}
+
+impl FixedTarget<'_> {
+    /// Writes one token's keys and values `[1, Hkv, 1, D]` into the buffers
+    /// (cast to their dtype); returns the whole buffers under the mask.
+    pub(crate) fn update(&mut self, keys: &Array, values: &Array) -> mlx_core::Result<Attend> {
+        let write = |buffer: &Array, new: &Array| -> mlx_core::Result<Array> {
+            let new = if new.dtype() == buffer.dtype() {
+                new.clone()
+            } else {
+                new.astype(buffer.dtype())?
+            };
+            buffer.slice_update_dynamic(&new, self.write_at, &[2])
+        };
+        self.keys = write(&self.keys, keys)?;
+        self.values = write(&self.values, values)?;
+        Ok(Attend {
+            keys: KvStore::Float(self.keys.clone()),
+            values: KvStore::Float(self.values.clone()),
+            mask: KeyMask::Leading {
+                valid: self.valid.clone(),
+                additive: self.mask.clone(),
+            },
+        })
+    }
+}
+
+/// A compiled fixed-shape decode step of one model.
+pub struct DecodeStep {
+    function: Function,
+    spec: VectorSpec,
+    sliding: Vec<bool>,
+}
+
+impl DecodeStep {
+    /// The step of `model`; `compiled` false runs the same graph eagerly
+    /// (for comparison).
+    pub fn new(model: &Gemma3, compiled: bool) -> Result<DecodeStep, ModelError> {
+        let traced = model.clone();
+        let function = Function::new(move |inputs: &[Array]| fixed_forward(&traced, inputs))?;
+        let function = if compiled {
+            function.compile(false)?
+        } else {
+            function
+        };
+        let c = &model.config;
+        Ok(DecodeStep {
+            function,
+            spec: VectorSpec {
+                heads: c.num_key_value_heads as i32,
+                dim: c.head_dim as i32,
+                dtype: model.dtype,
+            },
+            sliding: (0..c.num_hidden_layers).map(|i| c.is_sliding(i)).collect(),
+        })
+    }
+
+    /// Readies `caches` (from [`Gemma3::make_caches`]) for steps until they
+    /// hold `positions` tokens. Returns false when some cache cannot take
+    /// fixed-shape steps (it quantizes, or holds a batch of several); the
+    /// eager forward pass then serves.
+    pub fn reserve(&self, caches: &mut [LayerCache], positions: i32) -> Result<bool, ModelError> {
+        for cache in caches.iter_mut() {
+            if !cache.reserve_fixed(positions, self.spec)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Logits `[1, 1, vocab]` of `token` (`[1, 1]` int32) fed after what the
+    /// reserved `caches` hold; the caches take the token.
+    pub fn forward(&self, token: &Array, caches: &mut [LayerCache]) -> Result<Array, ModelError> {
+        if caches.len() != self.sliding.len() {
+            return Err(ModelError::Input(format!(
+                "{} caches given for {} layers",
+                caches.len(),
+                self.sliding.len()
+            )));
+        }
+        let position = caches.first().map_or(0, LayerCache::offset);
+        let mut ring: Option<(i32, i32)> = None;
+        let mut slots: Vec<FixedSlot> = Vec::with_capacity(caches.len());
+        for (i, (cache, &sliding)) in caches.iter().zip(&self.sliding).enumerate() {
+            let slot = cache.fixed_slot().ok_or_else(|| {
+                ModelError::Input(format!(
+                    "the cache of layer {i} is not reserved for fixed-shape steps, or is full"
+                ))
+            })?;
+            let consistent = match (cache, sliding) {
+                (LayerCache::Plain(_), false) => slot.write_at == position,
+                (LayerCache::Rotating(_), true) => {
+                    let here = (slot.write_at, slot.valid);
+                    *ring.get_or_insert(here) == here && cache.offset() == position
+                }
+                _ => false,
+            };
+            if !consistent {
+                return Err(ModelError::Input(format!(
+                    "the cache of layer {i} is not in step with the others or is of the wrong kind"
+                )));
+            }
+            slots.push(slot);
+        }
+        let (ring_at, ring_valid) = ring.unwrap_or((0, 1));
+        let scalar = |v: i32| Array::from_slice(&[v], &[1]);
+        let scalars = [scalar(position)?, scalar(ring_at)?, scalar(ring_valid)?];
+        let mut inputs: Vec<&Array> = vec![token];
+        inputs.extend(scalars.iter());
+        for slot in &slots {
+            inputs.extend([&slot.keys, &slot.values]);
+        }
+        // The caches drop their old buffers as they take the new ones, so by
+        // evaluation only the step's graph holds them and MLX writes in place.
+        let mut outputs = self.function.call(&inputs)?.into_iter();
+        let logits = outputs
+            .next()
+            .ok_or_else(|| ModelError::Input("the decode step returned nothing".into()))?;
+        for cache in caches.iter_mut() {
+            let (Some(keys), Some(values)) = (outputs.next(), outputs.next()) else {
+                return Err(ModelError::Input(
+                    "the decode step returned too few buffers".into(),
+                ));
+            };
+            cache.commit_fixed(keys, values);
+        }
+        Ok(logits)
+    }
+}
+
+/// The traced step: inputs `[token, position, ring slot, ring valid, k₀, v₀,
+/// k₁, v₁, …]`, outputs `[logits, k₀', v₀', …]`.
+fn fixed_forward(model: &Gemma3, inputs: &[Array]) -> mlx_core::Result<Vec<Array>> {
+    let host = |e: ModelError| match e {
+        ModelError::Mlx(e) => e,
+        other => mlx_core::Error::Host(other.to_string()),
+    };
+    let (Some([token, position, ring_at, ring_valid]), buffers) = (
+        inputs
+            .get(..SCALAR_INPUTS)
+            .and_then(|s| <&[Array; 4]>::try_from(s).ok()),
+        inputs.get(SCALAR_INPUTS..).unwrap_or(&[]),
+    ) else {
+        return Err(mlx_core::Error::Host(format!(
+            "the decode step takes at least {SCALAR_INPUTS} inputs, got {}",
+            inputs.len()
+        )));
+    };
+    let layers = model.layers.len();
+    if buffers.len() != 2 * layers {
+        return Err(mlx_core::Error::Host(format!(
+            "the decode step takes 2 buffers per layer ({layers} layers), got {}",
+            buffers.len()
+        )));
+    }
+    let global_valid = position.add(&Array::scalar(1.0, Dtype::Int32)?)?;
+    let valid_of = |sliding: bool| if sliding { ring_valid } else { &global_valid };
+    let mut masks: Vec<(bool, i32, Array)> = Vec::new();
+    let mut mask_of = |sliding: bool, capacity: i32| -> mlx_core::Result<usize> {
+        if let Some(i) = masks
+            .iter()
+            .position(|(s, c, _)| *s == sliding && *c == capacity)
+        {
+            return Ok(i);
+        }
+        let mask = valid_mask(capacity, valid_of(sliding), model.dtype)?;
+        masks.push((sliding, capacity, mask));
+        Ok(masks.len() - 1)
+    };
+    let mut chosen = Vec::with_capacity(layers);
+    for (i, pair) in buffers.chunks(2).enumerate() {
+        let sliding = model.config.is_sliding(i);
+        chosen.push((sliding, mask_of(sliding, pair[0].dim(2)?)?));
+    }
+    let mut targets: Vec<KvTarget<'_>> = buffers
+        .chunks(2)
+        .zip(&chosen)
+        .map(|(pair, &(sliding, mask))| {
+            KvTarget::Fixed(FixedTarget {
+                keys: pair[0].clone(),
+                values: pair[1].clone(),
+                position,
+                write_at: if sliding { ring_at } else { position },
+                valid: valid_of(sliding),
+                mask: &masks[mask].2,
+            })
+        })
+        .collect();
+    let hidden = model.hidden_with(token, &mut targets).map_err(host)?;
+    let mut out = vec![model.logits(&hidden).map_err(host)?];
+    for target in targets {
+        if let KvTarget::Fixed(f) = target {
+            out.extend([f.keys, f.values]);
+        }
+    }
+    Ok(out)
+}
+
+/// Additive mask `[1, capacity]`: 0 on the first `valid` positions (an int32
+/// array `[1]`), −∞ after.
+fn valid_mask(capacity: i32, valid: &Array, dtype: Dtype) -> mlx_core::Result<Array> {
+    let seen = arange(0.0, capacity as f64, 1.0, Dtype::Int32)?.less(valid)?;
+    where_(
+        &seen,
+        &Array::scalar(0.0, dtype)?,
+        &Array::scalar(f64::NEG_INFINITY, dtype)?,
+    )?
+    .reshape(&[1, capacity])
+}

@@ -1,0 +1,198 @@
+//! The fixed-shape decode step against the eager forward pass, on a tiny
+//! random Gemma 3 (sliding, sliding, global): 40 tokens fed as a 5-token
+//! eager prefill, 30 fixed-shape steps and a 5-token eager chunk give the
+//! logits of the eager pass fed the whole sequence at once, compiled or not,
+//! with a window of 8 (the ring wraps several times) and of 300 (the ring
+//! buffer is reserved short of the window).
+
+use gemma::cache::{CacheFormat, KvFormat, LayerCache};
+use gemma::config::Gemma3Config;
+use gemma::decode_step::DecodeStep;
+use gemma::load::{load, LoadOptions, ModelSource};
+use gemma::model::Gemma3;
+use mlx_core::{concatenate, Array, Dtype};
+
+const TOKENS: usize = 40;
+const PREFILL: usize = 5;
+const FIXED: usize = 30;
+const VOCAB: i32 = 256;
+
+fn tiny_model(window: usize) -> Gemma3 {
+    let mut c = Gemma3Config::published("270m", Some(3)).expect("published config");
+    c.hidden_size = 64;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+    c.head_dim = 64;
+    c.query_pre_attn_scalar = 64.0;
+    c.intermediate_size = 128;
+    c.vocab_size = VOCAB as usize;
+    c.sliding_window = window;
+    c.sliding_window_pattern = 3;
+    let source = ModelSource::Random {
+        config: Box::new(c),
+        seed: 23,
+    };
+    let options = LoadOptions {
+        dtype: Dtype::Float32,
+        quantize: None,
+    };
+    load(&source, options, &mut |_, _| {})
+        .expect("random model")
+        .model
+}
+
+fn token_ids() -> Vec<i32> {
+    (0..TOKENS as i32).map(|i| (i * 53 + 7) % VOCAB).collect()
+}
+
+fn tokens(ids: &[i32]) -> Array {
+    Array::from_slice(ids, &[1, ids.len() as i32]).expect("tokens")
+}
+
+fn evaluated(logits: Array, caches: &[LayerCache]) -> Array {
+    let mut arrays = vec![&logits];
+    arrays.extend(caches.iter().flat_map(LayerCache::arrays));
+    mlx_core::eval(&arrays).expect("eval");
+    logits
+}
+
+fn flat(parts: &[Array]) -> Vec<f32> {
+    let parts: Vec<&Array> = parts.iter().collect();
+    concatenate(&parts, 1)
+        .expect("concatenate")
+        .to_vec::<f32>()
+        .expect("logits")
+}
+
+/// Logits of the whole sequence in one eager forward.
+fn eager(model: &Gemma3) -> Vec<f32> {
+    let mut caches = model.make_caches(CacheFormat::COMPUTE).expect("caches");
+    let out = model
+        .forward(&tokens(&token_ids()), &mut caches)
+        .expect("forward");
+    flat(&[evaluated(out, &caches)])
+}
+
+/// Logits of an eager prefill, fixed-shape steps, then an eager chunk.
+fn mixed(model: &Gemma3, compiled: bool) -> (Vec<f32>, Vec<LayerCache>) {
+    let ids = token_ids();
+    let step = DecodeStep::new(model, compiled).expect("decode step");
+    let mut caches = model.make_caches(CacheFormat::COMPUTE).expect("caches");
+    let mut parts = Vec::new();
+    let out = model
+        .forward(&tokens(&ids[..PREFILL]), &mut caches)
+        .expect("prefill");
+    parts.push(evaluated(out, &caches));
+    let end = (PREFILL + FIXED) as i32;
+    assert!(step.reserve(&mut caches, end).expect("reserve"));
+    for &id in &ids[PREFILL..PREFILL + FIXED] {
+        let out = step
+            .forward(&tokens(&[id]), &mut caches)
+            .expect("fixed step");
+        parts.push(evaluated(out, &caches));
+    }
+    assert!(caches.iter().all(|c| c.offset() == end));
+    let out = model
+        .forward(&tokens(&ids[PREFILL + FIXED..]), &mut caches)
+        .expect("eager chunk");
+    parts.push(evaluated(out, &caches));
+    (flat(&parts), caches)
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+#[test]
+fn fixed_steps_give_the_logits_of_the_eager_pass() {
+    for window in [8, 300] {
+        let model = tiny_model(window);
+        let reference = eager(&model);
+        assert_eq!(reference.len(), TOKENS * VOCAB as usize);
+        for compiled in [false, true] {
+            let (logits, _) = mixed(&model, compiled);
+            let d = max_diff(&reference, &logits);
+            println!("window {window}, compiled {compiled}: max |Δ logit| {d:e}");
+            assert!(d < 1e-4, "window {window}, compiled {compiled}: {d}");
+        }
+    }
+}
+
+#[test]
+fn the_window_shapes_what_fixed_steps_see() {
+    // Same weights (same seed and shapes), windows 8 and 300: the fixed steps
+    // past position 8 must tell them apart, so the mask is not a no-op.
+    let (narrow, _) = mixed(&tiny_model(8), true);
+    let (wide, _) = mixed(&tiny_model(300), true);
+    let v = VOCAB as usize;
+    let before = max_diff(&narrow[..8 * v], &wide[..8 * v]);
+    let after = max_diff(&narrow[9 * v..], &wide[9 * v..]);
+    println!("windows 8 vs 300: first 8 positions {before:e}, from 9 on {after:e}");
+    assert!(before < 1e-4, "{before}");
+    assert!(after > 1e-2, "{after}");
+}
+
+#[test]
+fn reserved_buffers_keep_their_shape_across_steps() {
+    let model = tiny_model(300);
+    let (_, caches) = mixed(&model, true);
+    // Sliding layers: 40 positions fit in one step of 256 (short of the
+    // window); the global layer: 35 reserved positions round up to 256, then
+    // the eager chunk of 5 still fits.
+    for cache in &caches {
+        let shapes: Vec<Vec<i32>> = cache.arrays().iter().map(|a| a.shape()).collect();
+        assert_eq!(shapes, vec![vec![1, 2, 256, 64]; 2]);
+    }
+}
+
+#[test]
+fn quantizing_caches_are_not_reserved() {
+    let model = tiny_model(8);
+    let step = DecodeStep::new(&model, true).expect("decode step");
+    let q8 = KvFormat::Quantized {
+        bits: 8,
+        group_size: 64,
+    };
+    let format = CacheFormat {
+        keys: KvFormat::Float(None),
+        values: q8,
+    };
+    let mut caches = model.make_caches(format).expect("caches");
+    assert!(!step.reserve(&mut caches, 10).expect("reserve"));
+
+    // Kept in floats for the first 20 tokens: reservable up to there only.
+    let later = |caches: Vec<LayerCache>| -> Vec<LayerCache> {
+        caches.into_iter().map(|c| c.quantize_from(20)).collect()
+    };
+    let mut caches = later(model.make_caches(format).expect("caches"));
+    assert!(step.reserve(&mut caches, 20).expect("reserve"));
+    let mut caches = later(model.make_caches(format).expect("caches"));
+    assert!(!step.reserve(&mut caches, 21).expect("reserve"));
+}
+
+#[test]
+fn unreserved_caches_are_refused_with_a_clear_error() {
+    let model = tiny_model(8);
+    let step = DecodeStep::new(&model, true).expect("decode step");
+    let mut caches = model.make_caches(CacheFormat::COMPUTE).expect("caches");
+    let err = step
+        .forward(&tokens(&[1]), &mut caches)
+        .expect_err("no buffers reserved");
+    assert!(
+        err.to_string()
+            .contains("not reserved for fixed-shape steps"),
+        "{err}"
+    );
+    let mut short = model.make_caches(CacheFormat::COMPUTE).expect("caches");
+    let err = step
+        .forward(&tokens(&[1]), &mut short[..2])
+        .expect_err("too few caches");
+    assert!(
+        err.to_string().contains("2 caches given for 3 layers"),
+        "{err}"
+    );
+}
