@@ -2,9 +2,10 @@
 //! tokens, a 512-token prompt, and one 512-token chunk of the KLD sweep with
 //! one 8-bit candidate. On the CPU (float32) the model is the default GGUF
 //! file when present, random weights of the 270M shape otherwise;
-//! `BENCH_DEVICE=gpu` uses random bfloat16 weights of the 1B shape, and
-//! times the decode step also with our GPU kernels in place of MLX's
-//! operations (`decode_step/context_gpu_kernels`).
+//! `BENCH_DEVICE=gpu` uses random bfloat16 weights of the 1B shape. The
+//! decode step runs eagerly (`decode_step/context`) and as the compiled
+//! fixed-shape step (`context_compiled`); on the GPU also both with our GPU
+//! kernels in place of MLX's operations (`…_gpu_kernels`).
 
 use std::time::Duration;
 
@@ -52,15 +53,20 @@ fn decode_steps(c: &mut Criterion, s: &Settings, model: &Gemma3) -> Result<(), B
     // On the GPU, also with our kernels in place of MLX's operations.
     let mut kernels = model.clone();
     kernels.gpu_kernels = true;
-    let variants: &[(&str, &Gemma3)] = if s.device == Device::Gpu {
-        &[("context", model), ("context_gpu_kernels", &kernels)]
+    let variants: &[(&str, &Gemma3, bool)] = if s.device == Device::Gpu {
+        &[
+            ("context", model, false),
+            ("context_compiled", model, true),
+            ("context_gpu_kernels", &kernels, false),
+            ("context_compiled_gpu_kernels", &kernels, true),
+        ]
     } else {
-        &[("context", model)]
+        &[("context", model, false), ("context_compiled", model, true)]
     };
     for (seed, context) in (1..).zip(CONTEXTS) {
-        for (name, variant) in variants {
-            let mut step = DecodeStep::new(variant, CacheFormat::COMPUTE, context, seed)?;
-            group.bench_function(BenchmarkId::new(*name, context), |b| {
+        for &(name, variant, compiled) in variants {
+            let mut step = DecodeStep::new(variant, CacheFormat::COMPUTE, context, seed, compiled)?;
+            group.bench_function(BenchmarkId::new(name, context), |b| {
                 b.iter(|| or_exit(step.run()))
             });
         }

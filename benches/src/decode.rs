@@ -2,6 +2,7 @@
 //! at that length.
 
 use gemma::cache::{CacheFormat, LayerCache};
+use gemma::decode_step::DecodeStep as FixedStep;
 use gemma::model::Gemma3;
 use mlx_core::Array;
 
@@ -61,11 +62,14 @@ fn eval_with_caches(out: &Array, caches: &[LayerCache]) -> Result<(), BenchError
 /// is unchanged. The caches are not cloned per step: a second reference to
 /// their buffers would stop MLX from updating them in place, and every step
 /// would copy every cache.
-#[derive(Debug)]
+///
+/// With `compiled`, the step is [`gemma::decode_step::DecodeStep`] (fixed
+/// shapes, compiled by MLX) on caches reserved for one more token.
 pub struct DecodeStep<'a> {
     model: &'a Gemma3,
     caches: Vec<LayerCache>,
     token: Array,
+    fixed: Option<FixedStep>,
 }
 
 impl<'a> DecodeStep<'a> {
@@ -75,23 +79,39 @@ impl<'a> DecodeStep<'a> {
         format: CacheFormat,
         context: usize,
         seed: u64,
+        compiled: bool,
     ) -> Result<DecodeStep<'a>, BenchError> {
         let vocab = model.config.vocab_size;
         let tokens = random_tokens(context + 1, vocab, seed)?;
         let (prompt, next) = tokens.split_at(context);
         let mut caches = model.make_caches(format)?;
         prefill(model, &mut caches, prompt, PREFILL_CHUNK)?;
+        let fixed = if compiled {
+            let step = FixedStep::new(model, true)?;
+            if !step.reserve(&mut caches, context as i32 + 1)? {
+                return Err(BenchError::Settings(
+                    "a compiled decode step needs a float KV cache".into(),
+                ));
+            }
+            Some(step)
+        } else {
+            None
+        };
         Ok(DecodeStep {
             model,
             caches,
             token: token_array(next)?,
+            fixed,
         })
     }
 
     /// Forwards one token, evaluates its logits `[1, 1, vocab]` and the
     /// caches, then trims the caches back (see [`DecodeStep`]).
     pub fn run(&mut self) -> Result<Array, BenchError> {
-        let logits = self.model.forward(&self.token, &mut self.caches)?;
+        let logits = match &self.fixed {
+            Some(fixed) => fixed.forward(&self.token, &mut self.caches)?,
+            None => self.model.forward(&self.token, &mut self.caches)?,
+        };
         eval_with_caches(&logits, &self.caches)?;
         for cache in &mut self.caches {
             cache.trim(1);
@@ -139,13 +159,25 @@ mod tests {
     #[test]
     fn before_the_window_wraps_every_step_is_the_same_step() {
         let model = tiny_model();
-        let mut step = DecodeStep::new(&model, CacheFormat::COMPUTE, 10, 1).unwrap();
+        let mut step = DecodeStep::new(&model, CacheFormat::COMPUTE, 10, 1, false).unwrap();
         assert_eq!(offsets(&step), vec![10; 6]);
         let first = step.run().unwrap().to_vec::<f32>().unwrap();
         step.run().unwrap();
         let third = step.run().unwrap().to_vec::<f32>().unwrap();
         assert_eq!(offsets(&step), vec![10; 6]);
         assert_eq!(first, third);
+
+        // The compiled step repeats the same step too, with the same logits.
+        let mut compiled = DecodeStep::new(&model, CacheFormat::COMPUTE, 10, 1, true).unwrap();
+        compiled.run().unwrap();
+        let again = compiled.run().unwrap().to_vec::<f32>().unwrap();
+        assert_eq!(offsets(&compiled), vec![10; 6]);
+        let gap = again
+            .iter()
+            .zip(&first)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        assert!(gap < 1e-4, "compiled step differs by {gap}");
 
         // The same token after the same 10 in one forward, without caches reused.
         let tokens = random_tokens(11, 256, 1).unwrap();
@@ -167,7 +199,7 @@ mod tests {
     #[test]
     fn after_the_window_wraps_global_layers_stay_at_the_context_length() {
         let model = tiny_model();
-        let mut step = DecodeStep::new(&model, CacheFormat::COMPUTE, 40, 2).unwrap();
+        let mut step = DecodeStep::new(&model, CacheFormat::COMPUTE, 40, 2, false).unwrap();
         let bytes: Vec<usize> = step.caches().iter().map(LayerCache::nbytes).collect();
         for _ in 0..3 {
             step.run().unwrap();

@@ -5,7 +5,7 @@ use std::fmt::Display;
 /// A failure while preparing or running a benchmark.
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
-    /// The environment asks for something this build cannot do.
+    /// The environment or the benchmark asks for something this build cannot do.
     #[error("{0}")]
     Settings(String),
     /// An MLX operation failed.

@@ -3,6 +3,8 @@
 # random bfloat16 weights of published Gemma 3 shapes, alternating, same
 # synthetic prompt. Run after ../shared/gpu/setup-mlx-cuda.sh has written
 # /tmp/site/env.sh. Usage: h200_bench.sh BINARY PROMPT_TOKENS GEN_TOKENS SIZE...
+# ROUNDS (default 2) sets the rounds; each round runs our eager decode, our
+# compiled decode, the compiled decode with our CUDA kernels, then mlx-lm.
 set -uo pipefail
 . /tmp/site/env.sh
 bin=$1 prompt=$2 gen=$3
@@ -32,10 +34,14 @@ for size in "$@"; do
     echo "== $size: warm-up (kernels compile at first use)"
     "$bin" generate --random-weights "$size" --device gpu --synthetic-prompt 64 --max-tokens 8 --json >/dev/null 2>&1
     python3 "$here/mlx_lm_random.py" "$configs/gemma3-$size.json" 64 8 >/dev/null
-    for round in 1 2; do
-        echo "ours   $size plain round $round: $(ours "$size")"
-        echo "mlx-lm $size plain round $round: $(theirs "$size")"
+    "$bin" generate --random-weights "$size" --device gpu --synthetic-prompt 64 --max-tokens 8 --gpu-kernels --json >/dev/null 2>&1
+    for round in $(seq "${ROUNDS:-2}"); do
+        echo "ours eager        $size round $round: $(ours "$size" --decode eager)"
+        echo "ours compiled     $size round $round: $(ours "$size" --decode compiled)"
+        echo "ours compiled+k   $size round $round: $(ours "$size" --decode compiled --gpu-kernels)"
+        echo "mlx-lm            $size round $round: $(theirs "$size")"
     done
+    [ "${KV:-1}" = 0 ] && continue
     echo "ours   $size q8 KV: $(ours "$size" --kv ctk=q8_0,ctv=q8_0)"
     echo "ours   $size q4 KV: $(ours "$size" --kv ctk=q4_0,ctv=q4_0)"
 done

@@ -7,14 +7,15 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use gemma::cache::LayerCache;
+use gemma::decode_step::DecodeStep;
 use gemma::model::Gemma3;
 use gemma::tokenizer::{StreamingDecoder, Tokenizer};
 use mlx_core::{async_eval, concatenate, memory, Array, Dtype};
 use sample::Sampler;
 
 use crate::error::GenerateError;
-use crate::metrics::Metrics;
-use crate::options::{FinishReason, GenerateOptions};
+use crate::metrics::{DecodeHostTimes, Metrics};
+use crate::options::{DecodeMode, FinishReason, GenerateOptions};
 
 /// The result of one generation.
 #[derive(Debug, Clone)]
@@ -113,6 +114,17 @@ pub fn generate(
         mlx_core::eval(&arrays)?;
     }
 
+    // Every token from the last prompt token on is a single-token step: with
+    // a float cache, reserve it for the whole generation and step compiled.
+    let fixed = match options.decode {
+        DecodeMode::Compiled => {
+            let step = DecodeStep::new(model, true)?;
+            let positions = (cached + prompt.len() + options.max_tokens).min(context);
+            step.reserve(caches, positions as i32)?.then_some(step)
+        }
+        DecodeMode::Eager => None,
+    };
+
     let mut history = if penalties {
         Some(recent(&token_array(prompt)?.reshape(&[-1])?, window)?)
     } else {
@@ -123,15 +135,28 @@ pub fn generate(
                 sampler: &mut Sampler,
                 history: Option<&Array>|
      -> Result<(Array, Array), GenerateError> {
-        let logits = last_position(&model.forward(input, caches)?)?.astype(Dtype::Float32)?;
+        let logits = match &fixed {
+            Some(fixed) => fixed.forward(input, caches)?,
+            None => model.forward(input, caches)?,
+        };
+        let logits = last_position(&logits)?.astype(Dtype::Float32)?;
         let finite = logits.isfinite()?.all_all()?;
         let token = sampler.sample(&logits, history)?;
         Ok((token, finite))
     };
 
+    let mut host = DecodeHostTimes::default();
+    let mut clock = Instant::now();
+    let mut lap = |into: &mut f64| {
+        let now = Instant::now();
+        *into += (now - clock).as_secs_f64();
+        clock = now;
+    };
     let (mut token, mut finite) =
         step(&token_array(last)?, caches, &mut sampler, history.as_ref())?;
+    lap(&mut host.build_s);
     async_eval(&[&token, &finite])?;
+    lap(&mut host.queue_s);
 
     let mut decoder = tokenizer.map(StreamingDecoder::new);
     let mut text = String::new();
@@ -155,13 +180,18 @@ pub fn generate(
             }
             let input = token.reshape(&[1, 1])?;
             let next = step(&input, caches, &mut sampler, history.as_ref())?;
+            lap(&mut host.build_s);
             async_eval(&[&next.0, &next.1])?;
+            lap(&mut host.queue_s);
             Some(next)
         } else {
+            lap(&mut host.build_s);
             None
         };
         let id: u32 = token.item()?;
-        if !finite.item::<bool>()? {
+        let is_finite = finite.item::<bool>()?;
+        lap(&mut host.wait_s);
+        if !is_finite {
             return Err(GenerateError::NonFinite { step: ids.len() });
         }
         first_token_at.get_or_insert_with(Instant::now);
@@ -239,6 +269,7 @@ pub fn generate(
         },
         ttft_s: prefill_s,
         peak_memory_bytes: memory::peak_bytes()?,
+        decode_host: host,
     };
     Ok(Generation {
         text,

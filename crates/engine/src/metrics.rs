@@ -17,6 +17,24 @@ pub struct Metrics {
     pub ttft_s: f64,
     /// MLX's peak memory during the generation, in bytes.
     pub peak_memory_bytes: usize,
+    /// Where the decoding loop's time went on the host.
+    pub decode_host: DecodeHostTimes,
+}
+
+/// Seconds the decoding loop spent on the host, summed over its steps (the
+/// prompt's last token included): building each step's graph (the forward
+/// call and sampling, with the streaming of the previous token's text),
+/// queueing it for the device (`async_eval`), and waiting to read tokens
+/// back. With the device busier than the host the waits dominate; otherwise
+/// building and queueing do, and the step is bound by host-side cost.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct DecodeHostTimes {
+    /// Building step graphs (and streaming text).
+    pub build_s: f64,
+    /// Queueing them.
+    pub queue_s: f64,
+    /// Waiting for tokens.
+    pub wait_s: f64,
 }
 
 impl Metrics {

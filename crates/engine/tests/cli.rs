@@ -64,10 +64,30 @@ fn generate_json(args: &[&str], stdin: Option<&str>) -> Value {
         "generation_tps",
         "ttft_s",
         "peak_memory_bytes",
+        "decode_host",
     ];
     for field in fields {
         assert!(v.get(field).is_some(), "field '{field}' missing from {v}");
     }
+    // The host's decoding times: non-negative, and within the whole run's.
+    let host: f64 = ["build_s", "queue_s", "wait_s"]
+        .iter()
+        .map(|k| {
+            let t = v["decode_host"][k].as_f64();
+            assert!(t.is_some_and(|t| t >= 0.0), "decode_host.{k}: {v}");
+            t.unwrap_or(0.0)
+        })
+        .sum();
+    let decode_s = v["generation_tokens"].as_f64().unwrap_or(0.0)
+        / v["generation_tps"]
+            .as_f64()
+            .filter(|t| *t > 0.0)
+            .unwrap_or(f64::INFINITY);
+    let whole = v["ttft_s"].as_f64().unwrap_or(0.0) + decode_s;
+    assert!(
+        host > 0.0 && host <= whole * 1.05 + 0.01,
+        "{host} s of {whole} s: {v}"
+    );
     let token_ids = ids(&v["token_ids"]);
     assert_eq!(
         v["generation_tokens"].as_u64(),
@@ -167,6 +187,17 @@ fn greedy_ids_match_mlx_lm() {
             Some(tokenizer.decode(&text_ids).expect("decodes").as_str()),
             "{prompt}"
         );
+    }
+}
+
+#[test]
+fn compiled_decoding_gives_the_greedy_ids_of_mlx_lm() {
+    for (prompt, _, expected) in mlx_lm_reference().into_iter().take(2) {
+        let v = generate_json(
+            &[&prompt, "--max-tokens", "32", "--decode", "compiled"],
+            None,
+        );
+        assert_eq!(ids(&v["token_ids"]), expected, "greedy ids of {prompt:?}");
     }
 }
 

@@ -5,6 +5,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Mutex, MutexGuard};
 
+use engine::options::DecodeMode;
 use engine::{
     generate, Engine, FinishReason, GenerateError, GenerateOptions, Generation, TokenEvent,
 };
@@ -508,5 +509,116 @@ fn seeded_sampling_is_reproducible() {
         a,
         run(&engine, &prompt(5), &options(24)).token_ids,
         "sampling at temperature 1 gave the greedy ids"
+    );
+}
+
+fn compiled(max_tokens: usize) -> GenerateOptions {
+    GenerateOptions {
+        decode: DecodeMode::Compiled,
+        ..options(max_tokens)
+    }
+}
+
+#[test]
+fn compiled_decoding_matches_a_naive_loop() {
+    let _mlx = serial();
+    let engine = engine(tiny_config(4));
+    let ids = prompt(12);
+    // 50 tokens: the sliding layers' window of 16 wraps three times.
+    let naive = naive_greedy(&engine, &ids, 50);
+    let mut caches = engine.new_caches(&compiled(50)).expect("caches");
+    let g = generate(
+        &engine.loaded.model,
+        None,
+        &ids,
+        &mut caches,
+        &compiled(50),
+        &mut |_| {},
+    )
+    .expect("generates");
+    assert_eq!(g.token_ids, naive);
+    assert!(caches.iter().all(|c| c.offset() == 12 + 49));
+}
+
+#[test]
+fn compiled_decoding_continues_a_conversation_as_eager_decoding_does() {
+    let _mlx = serial();
+    let engine = engine(tiny_config(4));
+    let turns = |options: &GenerateOptions| -> Vec<Vec<u32>> {
+        let mut caches = engine.new_caches(options).expect("caches");
+        [prompt(20), prompt(7)]
+            .iter()
+            .map(|ids| {
+                generate(
+                    &engine.loaded.model,
+                    None,
+                    ids,
+                    &mut caches,
+                    options,
+                    &mut |_| {},
+                )
+                .expect("generates")
+                .token_ids
+            })
+            .collect()
+    };
+    let eager = turns(&options(30));
+    assert_eq!(turns(&compiled(30)), eager);
+    // An 8-bit cache cannot take fixed-shape steps: compiled falls back to
+    // eager decoding, token for token.
+    let q8 = gemma::cache::KvFormat::Quantized {
+        bits: 8,
+        group_size: 64,
+    };
+    let quantized = |decode| GenerateOptions {
+        decode,
+        cache_format: CacheFormat {
+            keys: q8,
+            values: q8,
+        },
+        ..options(30)
+    };
+    assert_eq!(
+        turns(&quantized(DecodeMode::Compiled)),
+        turns(&quantized(DecodeMode::Eager))
+    );
+}
+
+#[test]
+fn compiled_decoding_stops_when_the_context_is_full() {
+    let _mlx = serial();
+    let mut config = tiny_config(2);
+    config.max_position_embeddings = 32;
+    let engine = engine(config);
+    let options = compiled(100);
+    let mut caches = engine.new_caches(&options).expect("caches");
+    let g = generate(
+        &engine.loaded.model,
+        None,
+        &prompt(30),
+        &mut caches,
+        &options,
+        &mut |_| {},
+    )
+    .expect("generates");
+    assert_eq!(
+        (g.token_ids.len(), g.finish_reason),
+        (3, FinishReason::Length)
+    );
+    assert_eq!(caches[1].offset(), 32);
+}
+
+#[test]
+fn compiled_decoding_names_the_step_of_non_finite_logits() {
+    let _mlx = serial();
+    let engine = poisoned_engine();
+    let mut options = compiled(5);
+    options.sampler.logit_bias = vec![(POISON, 100.0)];
+    let err = engine
+        .generate_ids(&prompt(6), &options, &mut |_| {})
+        .expect_err("NaN");
+    assert!(
+        matches!(err, GenerateError::NonFinite { step: 1 }),
+        "{err:?}"
     );
 }

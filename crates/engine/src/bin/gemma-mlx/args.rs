@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::model_args::ModelArgs;
+use engine::options::DecodeMode;
 
 /// Gemma 3 inference and KV-cache evaluation on MLX.
 #[derive(Debug, Parser)]
@@ -82,6 +83,11 @@ pub struct SamplingArgs {
     /// Prompt tokens per forward pass (default: 256 on cpu, 2048 on gpu).
     #[arg(long)]
     pub prefill_chunk: Option<usize>,
+    /// How tokens after the prompt are decoded: `compiled` runs one
+    /// fixed-shape step compiled by MLX (float KV caches only; others decode
+    /// eagerly). On the GPU, pair it with `--gpu-kernels`.
+    #[arg(long, value_enum, default_value = "eager")]
+    pub decode: DecodeMode,
 }
 
 fn parse_bias(text: &str) -> Result<(u32, f32), String> {

@@ -96,6 +96,7 @@ pub fn bench(args: BenchArgs) -> Result<()> {
             "generation_tps": m.generation_tps,
             "ttft_s": m.ttft_s,
             "peak_memory_bytes": m.peak_memory_bytes,
+            "decode_host": m.decode_host,
         }));
     }
     let flatness = match plan.cases.first() {

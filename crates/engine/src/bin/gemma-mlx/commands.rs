@@ -52,6 +52,7 @@ fn options(sampling: &SamplingArgs) -> Result<GenerateOptions> {
         cache_format: spec.cache_format()?,
         kv_start: spec.start,
         prefill_chunk: sampling.prefill_chunk.unwrap_or(defaults.prefill_chunk),
+        decode: sampling.decode,
         ..defaults
     })
 }
@@ -83,6 +84,7 @@ fn generation_json(g: &Generation) -> serde_json::Value {
         "generation_tps": g.metrics.generation_tps,
         "ttft_s": g.metrics.ttft_s,
         "peak_memory_bytes": g.metrics.peak_memory_bytes,
+        "decode_host": g.metrics.decode_host,
     })
 }
 
