@@ -1,6 +1,7 @@
 //! The generation loop on tiny random models (no tokenizer: token ids in and
 //! out): memory flatness over a long decode, stop conditions, errors, chunked
-//! prefill, pipelining and seeded sampling.
+//! prefill, pipelining, seeded sampling, and decoding through the compiled
+//! fixed-shape step.
 
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Mutex, MutexGuard};
@@ -77,10 +78,37 @@ fn options(max_tokens: usize) -> GenerateOptions {
     }
 }
 
+/// [`options`] decoding through the compiled fixed-shape step.
+fn compiled(max_tokens: usize) -> GenerateOptions {
+    GenerateOptions {
+        decode: DecodeMode::Compiled,
+        ..options(max_tokens)
+    }
+}
+
 fn run(engine: &Engine, ids: &[u32], options: &GenerateOptions) -> Generation {
     engine
         .generate_ids(ids, options, &mut |_| {})
         .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`run`] on fresh caches that the caller gets back.
+fn run_keeping_caches(
+    engine: &Engine,
+    ids: &[u32],
+    options: &GenerateOptions,
+) -> (Generation, Vec<LayerCache>) {
+    let mut caches = engine.new_caches(options).expect("caches");
+    let g = generate(
+        &engine.loaded.model,
+        None,
+        ids,
+        &mut caches,
+        options,
+        &mut |_| {},
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    (g, caches)
 }
 
 fn cache_bytes(caches: &[LayerCache]) -> usize {
@@ -323,17 +351,7 @@ fn generation_stops_when_the_context_is_full() {
     // 30-token prompt, tokens 0 and 1 are fed at positions 30 and 31, and
     // token 2 is predicted from all 32 but not fed.
     for (prompt_len, generated) in [(30, 3), (31, 2), (32, 1)] {
-        let options = options(100);
-        let mut caches = engine.new_caches(&options).expect("caches");
-        let g = generate(
-            &engine.loaded.model,
-            None,
-            &prompt(prompt_len),
-            &mut caches,
-            &options,
-            &mut |_| {},
-        )
-        .expect("generates");
+        let (g, caches) = run_keeping_caches(&engine, &prompt(prompt_len), &options(100));
         assert_eq!(
             (g.token_ids.len(), g.finish_reason),
             (generated, FinishReason::Length),
@@ -437,16 +455,7 @@ fn chunked_prefill_matches_one_chunk() {
     let whole = run(&engine, &ids, &options(40));
     let mut chunked = options(40);
     chunked.prefill_chunk = 7;
-    let mut caches = engine.new_caches(&chunked).expect("caches");
-    let g = generate(
-        &engine.loaded.model,
-        None,
-        &ids,
-        &mut caches,
-        &chunked,
-        &mut |_| {},
-    )
-    .expect("generates");
+    let (g, caches) = run_keeping_caches(&engine, &ids, &chunked);
     assert_eq!(g.token_ids, whole.token_ids);
     assert_eq!(caches[1].offset(), 100 + 39);
 }
@@ -478,12 +487,16 @@ fn naive_greedy(engine: &Engine, ids: &[u32], n: usize) -> Vec<u32> {
 }
 
 #[test]
-fn pipelined_generation_matches_a_naive_loop() {
+fn pipelined_generation_matches_a_naive_loop_eager_or_compiled() {
     let _mlx = serial();
     let engine = engine(tiny_config(4));
     let ids = prompt(12);
+    // 50 tokens: the sliding layers' window of 16 wraps three times.
     let naive = naive_greedy(&engine, &ids, 50);
     assert_eq!(run(&engine, &ids, &options(50)).token_ids, naive);
+    let (g, caches) = run_keeping_caches(&engine, &ids, &compiled(50));
+    assert_eq!(g.token_ids, naive);
+    assert!(caches.iter().all(|c| c.offset() == 12 + 49));
 }
 
 #[test]
@@ -510,34 +523,6 @@ fn seeded_sampling_is_reproducible() {
         run(&engine, &prompt(5), &options(24)).token_ids,
         "sampling at temperature 1 gave the greedy ids"
     );
-}
-
-fn compiled(max_tokens: usize) -> GenerateOptions {
-    GenerateOptions {
-        decode: DecodeMode::Compiled,
-        ..options(max_tokens)
-    }
-}
-
-#[test]
-fn compiled_decoding_matches_a_naive_loop() {
-    let _mlx = serial();
-    let engine = engine(tiny_config(4));
-    let ids = prompt(12);
-    // 50 tokens: the sliding layers' window of 16 wraps three times.
-    let naive = naive_greedy(&engine, &ids, 50);
-    let mut caches = engine.new_caches(&compiled(50)).expect("caches");
-    let g = generate(
-        &engine.loaded.model,
-        None,
-        &ids,
-        &mut caches,
-        &compiled(50),
-        &mut |_| {},
-    )
-    .expect("generates");
-    assert_eq!(g.token_ids, naive);
-    assert!(caches.iter().all(|c| c.offset() == 12 + 49));
 }
 
 #[test]

@@ -1,12 +1,15 @@
-//! The fixed-shape decode step against the eager forward pass, on a tiny
-//! random Gemma 3 (sliding, sliding, global): 40 tokens fed as a 5-token
+//! The fixed-shape decode step against the eager forward pass, on the tiny
+//! random Gemma 3 of `common::models::tiny_config` (sliding, sliding,
+//! global, sliding; 2 key/value heads of 64): 40 tokens fed as a 5-token
 //! eager prefill, 30 fixed-shape steps and a 5-token eager chunk give the
 //! logits of the eager pass fed the whole sequence at once, compiled or not,
 //! with a window of 8 (the ring wraps several times) and of 300 (the ring
 //! buffer is reserved short of the window).
 
+mod common;
+
+use common::models::tiny_config;
 use gemma::cache::{CacheFormat, KvFormat, LayerCache};
-use gemma::config::Gemma3Config;
 use gemma::decode_step::DecodeStep;
 use gemma::load::{load, LoadOptions, ModelSource};
 use gemma::model::Gemma3;
@@ -15,19 +18,14 @@ use mlx_core::{concatenate, Array, Dtype};
 const TOKENS: usize = 40;
 const PREFILL: usize = 5;
 const FIXED: usize = 30;
-const VOCAB: i32 = 256;
+const VOCAB: i32 = 512;
 
+/// Random float32 weights (the same for every window: they depend on the
+/// shapes only).
 fn tiny_model(window: usize) -> Gemma3 {
-    let mut c = Gemma3Config::published("270m", Some(3)).expect("published config");
-    c.hidden_size = 64;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;
-    c.head_dim = 64;
-    c.query_pre_attn_scalar = 64.0;
-    c.intermediate_size = 128;
-    c.vocab_size = VOCAB as usize;
+    let mut c = tiny_config(3);
     c.sliding_window = window;
-    c.sliding_window_pattern = 3;
+    assert_eq!(c.vocab_size, VOCAB as usize);
     let source = ModelSource::Random {
         config: Box::new(c),
         seed: 23,
@@ -192,7 +190,7 @@ fn unreserved_caches_are_refused_with_a_clear_error() {
         .forward(&tokens(&[1]), &mut short[..2])
         .expect_err("too few caches");
     assert!(
-        err.to_string().contains("2 caches given for 3 layers"),
+        err.to_string().contains("2 caches given for 4 layers"),
         "{err}"
     );
 }

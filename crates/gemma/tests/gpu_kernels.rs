@@ -225,42 +225,9 @@ fn two_layers_of_1b() -> Gemma3 {
     load(&source, options, &mut |_, _| {}).unwrap().model
 }
 
-/// Logits of a 9-token prefill and 3 single-token steps.
-fn logits(model: &Gemma3) -> Vec<f32> {
-    let mut caches = model
-        .make_caches(gemma::cache::CacheFormat::COMPUTE)
-        .unwrap();
-    let prompt: Vec<i32> = (0..9).map(|i| 100 + 37 * i).collect();
-    let mut out = floats(
-        &model
-            .forward(&Array::from_slice(&prompt, &[1, 9]).unwrap(), &mut caches)
-            .unwrap(),
-    );
-    for t in [7, 11, 13] {
-        let step = model
-            .forward(&Array::from_slice(&[t], &[1, 1]).unwrap(), &mut caches)
-            .unwrap();
-        out.extend(floats(&step));
-    }
-    out
-}
-
-#[test]
-fn the_model_with_fused_kernels_gives_the_same_logits() {
-    if !on_gpu() {
-        return;
-    }
-    let mut model = two_layers_of_1b();
-    let plain = logits(&model);
-    model.gpu_kernels = true;
-    let fused = logits(&model);
-    let gap = relative_gap(&fused, &plain);
-    eprintln!("1B shape, 2 layers, bfloat16: largest logit gap {gap:.2e} of the largest logit");
-    assert!(gap < 2e-2, "{gap}");
-}
-
-/// Logits of a 9-token eager prefill and 3 compiled fixed-shape steps.
-fn compiled_logits(model: &Gemma3) -> Vec<f32> {
+/// Logits of a 9-token prefill and 3 single-token steps, eager or through
+/// the compiled fixed-shape step.
+fn logits(model: &Gemma3, compiled: bool) -> Vec<f32> {
     let mut caches = model
         .make_caches(gemma::cache::CacheFormat::COMPUTE)
         .unwrap();
@@ -271,14 +238,33 @@ fn compiled_logits(model: &Gemma3) -> Vec<f32> {
             .unwrap(),
     );
     let step = DecodeStep::new(model, true).unwrap();
-    assert!(step.reserve(&mut caches, 12).unwrap());
+    if compiled {
+        assert!(step.reserve(&mut caches, 12).unwrap());
+    }
     for t in [7, 11, 13] {
-        let logits = step
-            .forward(&Array::from_slice(&[t], &[1, 1]).unwrap(), &mut caches)
-            .unwrap();
+        let token = Array::from_slice(&[t], &[1, 1]).unwrap();
+        let logits = if compiled {
+            step.forward(&token, &mut caches).unwrap()
+        } else {
+            model.forward(&token, &mut caches).unwrap()
+        };
         out.extend(floats(&logits));
     }
     out
+}
+
+#[test]
+fn the_model_with_fused_kernels_gives_the_same_logits() {
+    if !on_gpu() {
+        return;
+    }
+    let mut model = two_layers_of_1b();
+    let plain = logits(&model, false);
+    model.gpu_kernels = true;
+    let fused = logits(&model, false);
+    let gap = relative_gap(&fused, &plain);
+    eprintln!("1B shape, 2 layers, bfloat16: largest logit gap {gap:.2e} of the largest logit");
+    assert!(gap < 2e-2, "{gap}");
 }
 
 #[test]
@@ -287,10 +273,10 @@ fn the_compiled_decode_step_gives_the_same_logits_on_the_gpu() {
         return;
     }
     let mut model = two_layers_of_1b();
-    let plain = logits(&model);
+    let plain = logits(&model, false);
     for kernels in [false, true] {
         model.gpu_kernels = kernels;
-        let compiled = compiled_logits(&model);
+        let compiled = logits(&model, true);
         let gap = relative_gap(&compiled, &plain);
         eprintln!("compiled step, kernels {kernels}: largest logit gap {gap:.2e}");
         assert!(gap < 2e-2, "kernels {kernels}: {gap}");

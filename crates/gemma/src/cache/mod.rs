@@ -250,35 +250,24 @@ pub(crate) fn pair_arrays<'a>(
         .collect()
 }
 
-/// Whether a cache's buffers can be reserved for fixed-shape steps in
-/// `format`: both formats float, and buffers (if any) float of batch 1.
-pub(crate) fn fixed_ready(
-    keys: &Option<KvStore>,
-    values: &Option<KvStore>,
-    format: CacheFormat,
-) -> bool {
-    let float_format = |f: KvFormat| matches!(f, KvFormat::Float(_));
-    let float_store = |s: &Option<KvStore>| match s {
-        None => true,
-        Some(KvStore::Float(a)) => a.shape().first() == Some(&1),
-        Some(KvStore::Quantized(_)) => false,
-    };
-    float_format(format.keys)
-        && float_format(format.values)
-        && float_store(keys)
-        && float_store(values)
-}
-
-/// Grows (or creates) float buffers checked by [`fixed_ready`] to at least
-/// `capacity` positions, zero-filled past what they held.
-pub(crate) fn reserve_float(
+/// Readies a cache's buffers for fixed-shape steps (see
+/// [`LayerCache::reserve_fixed`]): false, changing nothing, unless the
+/// format in effect `now` is still in effect at the `last` position to come,
+/// both formats are float, and the buffers (if any) are float of batch 1.
+/// Otherwise the buffers are converted to that format and grown (or
+/// created) to at least `capacity` positions, zero-filled past what they held.
+pub(crate) fn reserve_fixed_pair(
     keys: &mut Option<KvStore>,
     values: &mut Option<KvStore>,
-    format: CacheFormat,
+    (now, last): (CacheFormat, CacheFormat),
     capacity: i32,
     spec: VectorSpec,
-) -> Result<(), CacheError> {
-    for (store, stored) in [(keys, format.keys), (values, format.values)] {
+) -> Result<bool, CacheError> {
+    if now != last || !fixed_ready(keys, values, now) {
+        return Ok(false);
+    }
+    convert_stores(keys, values, now)?;
+    for (store, stored) in [(keys, now.keys), (values, now.values)] {
         let dtype = match stored {
             KvFormat::Float(d) => d.unwrap_or(spec.dtype),
             KvFormat::Quantized { .. } => {
@@ -297,24 +286,48 @@ pub(crate) fn reserve_float(
         };
         *store = Some(grown);
     }
-    Ok(())
+    Ok(true)
 }
 
-/// The float buffers of a cache, if both are float with room at `write_at`.
-pub(crate) fn float_buffers(
+/// The fixed-shape slot of a cache whose buffers hold `format` (see
+/// [`LayerCache::fixed_slot`]): `None` unless both are float of batch 1 with
+/// room at `write_at`.
+pub(crate) fn fixed_slot_of(
     keys: &Option<KvStore>,
     values: &Option<KvStore>,
+    format: CacheFormat,
     write_at: i32,
-) -> Option<(Array, Array)> {
+    valid: i32,
+) -> Option<FixedSlot> {
+    if !fixed_ready(keys, values, format) {
+        return None;
+    }
+    let room = |a: &Array| write_at < a.shape().get(2).copied().unwrap_or(0);
     match (keys, values) {
-        (Some(KvStore::Float(k)), Some(KvStore::Float(v)))
-            if write_at < k.shape().get(2).copied().unwrap_or(0)
-                && write_at < v.shape().get(2).copied().unwrap_or(0) =>
-        {
-            Some((k.clone(), v.clone()))
+        (Some(KvStore::Float(k)), Some(KvStore::Float(v))) if room(k) && room(v) => {
+            Some(FixedSlot {
+                keys: k.clone(),
+                values: v.clone(),
+                write_at,
+                valid,
+            })
         }
         _ => None,
     }
+}
+
+/// Whether both formats are float and the buffers (if any) float of batch 1.
+fn fixed_ready(keys: &Option<KvStore>, values: &Option<KvStore>, format: CacheFormat) -> bool {
+    let float_format = |f: KvFormat| matches!(f, KvFormat::Float(_));
+    let float_store = |s: &Option<KvStore>| match s {
+        None => true,
+        Some(KvStore::Float(a)) => a.shape().first() == Some(&1),
+        Some(KvStore::Quantized(_)) => false,
+    };
+    float_format(format.keys)
+        && float_format(format.values)
+        && float_store(keys)
+        && float_store(values)
 }
 
 /// Bytes held by a cache's key and value buffers.

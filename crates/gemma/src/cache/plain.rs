@@ -3,8 +3,8 @@
 use mlx_core::{arange, Array, Dtype};
 
 use super::{
-    convert_stores, fixed_ready, float_buffers, pair_arrays, pair_nbytes, reserve_float, round_up,
-    Attend, CacheError, CacheFormat, FixedSlot, KeyMask, KvStore, VectorSpec,
+    convert_stores, fixed_slot_of, pair_arrays, pair_nbytes, reserve_fixed_pair, round_up, Attend,
+    CacheError, CacheFormat, FixedSlot, KeyMask, KvStore, VectorSpec,
 };
 
 /// A growing KV cache. Buffers grow by whole steps of 256 positions, so
@@ -104,37 +104,25 @@ impl KvCache {
     /// rounded up to whole steps.
     pub fn reserve_fixed(&mut self, positions: i32, spec: VectorSpec) -> Result<bool, CacheError> {
         let last = positions.max(self.offset + 1) - 1;
-        let format = self.format.active(self.offset, self.start);
-        if format != self.format.active(last, self.start)
-            || !fixed_ready(&self.keys, &self.values, format)
-        {
-            return Ok(false);
-        }
-        convert_stores(&mut self.keys, &mut self.values, format)?;
-        reserve_float(
-            &mut self.keys,
-            &mut self.values,
-            format,
-            round_up(last + 1),
-            spec,
-        )?;
-        Ok(true)
+        let formats = (
+            self.format.active(self.offset, self.start),
+            self.format.active(last, self.start),
+        );
+        let capacity = round_up(last + 1);
+        reserve_fixed_pair(&mut self.keys, &mut self.values, formats, capacity, spec)
     }
 
     /// See [`super::LayerCache::fixed_slot`]: the next token goes after the
     /// tokens held, and every position up to it is valid.
     pub fn fixed_slot(&self) -> Option<FixedSlot> {
         let format = self.format.active(self.offset, self.start);
-        if !fixed_ready(&self.keys, &self.values, format) {
-            return None;
-        }
-        let (keys, values) = float_buffers(&self.keys, &self.values, self.offset)?;
-        Some(FixedSlot {
-            keys,
-            values,
-            write_at: self.offset,
-            valid: self.offset + 1,
-        })
+        fixed_slot_of(
+            &self.keys,
+            &self.values,
+            format,
+            self.offset,
+            self.offset + 1,
+        )
     }
 
     /// See [`super::LayerCache::commit_fixed`].

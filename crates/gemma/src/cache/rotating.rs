@@ -4,8 +4,8 @@ use mlx_core::{arange, Array, Dtype};
 
 use super::plain::causal_mask;
 use super::{
-    convert_stores, fixed_ready, float_buffers, pair_arrays, pair_nbytes, reserve_float, round_up,
-    Attend, CacheError, CacheFormat, FixedSlot, KeyMask, KvStore, VectorSpec, STEP,
+    convert_stores, fixed_slot_of, pair_arrays, pair_nbytes, reserve_fixed_pair, round_up, Attend,
+    CacheError, CacheFormat, FixedSlot, KeyMask, KvStore, VectorSpec, STEP,
 };
 
 /// A sliding-window KV cache holding the last `window` tokens.
@@ -248,16 +248,12 @@ impl RotatingKvCache {
     /// rounded up to whole steps, at most the window.
     pub fn reserve_fixed(&mut self, positions: i32, spec: VectorSpec) -> Result<bool, CacheError> {
         let last = positions.max(self.offset + 1) - 1;
-        let format = self.format.active(self.offset, self.start);
-        if format != self.format.active(last, self.start)
-            || !fixed_ready(&self.keys, &self.values, format)
-        {
-            return Ok(false);
-        }
-        convert_stores(&mut self.keys, &mut self.values, format)?;
+        let formats = (
+            self.format.active(self.offset, self.start),
+            self.format.active(last, self.start),
+        );
         let capacity = round_up(last + 1).min(self.window);
-        reserve_float(&mut self.keys, &mut self.values, format, capacity, spec)?;
-        Ok(true)
+        reserve_fixed_pair(&mut self.keys, &mut self.values, formats, capacity, spec)
     }
 
     /// See [`super::LayerCache::fixed_slot`]: the next token goes into the
@@ -265,16 +261,8 @@ impl RotatingKvCache {
     /// leading `filled` ones, and `next == filled`.
     pub fn fixed_slot(&self) -> Option<FixedSlot> {
         let format = self.format.active(self.offset, self.start);
-        if !fixed_ready(&self.keys, &self.values, format) {
-            return None;
-        }
-        let (keys, values) = float_buffers(&self.keys, &self.values, self.next)?;
-        Some(FixedSlot {
-            keys,
-            values,
-            write_at: self.next,
-            valid: (self.filled + 1).min(self.window),
-        })
+        let valid = (self.filled + 1).min(self.window);
+        fixed_slot_of(&self.keys, &self.values, format, self.next, valid)
     }
 
     /// See [`super::LayerCache::commit_fixed`].
