@@ -100,10 +100,8 @@ pub fn generate(
         None => model.config.eos_token_ids.clone(),
     };
     let mut sampler = Sampler::new(options.sampler.clone())?;
-    let penalties = options.sampler.repetition_penalty.is_some()
-        || options.sampler.presence_penalty.is_some()
-        || options.sampler.frequency_penalty.is_some();
-    let window = options.sampler.penalty_window.max(1) as i32;
+    let window = i32::try_from(options.sampler.history_window()).unwrap_or(i32::MAX);
+    let penalties = window > 0;
     memory::reset_peak()?;
 
     // Prefill all but the last prompt token in chunks; only the caches are evaluated.

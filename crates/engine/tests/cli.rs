@@ -355,6 +355,23 @@ fn bad_flags_fail_with_a_message() {
         &["top_p", "(0, 1]"],
     );
     assert_fails(
+        &[
+            "generate",
+            "hi",
+            "--xtc-probability",
+            "0.5",
+            "--xtc-threshold",
+            "0.7",
+        ],
+        None,
+        &["xtc_threshold", "[0, 0.5]"],
+    );
+    assert_fails(
+        &["generate", "hi", "--presence-context-size", "0"],
+        None,
+        &["presence_window", "[1, 2147483647]"],
+    );
+    assert_fails(
         &["generate", "hi", "--kv", "ctk=turbo3"],
         None,
         &["turbo3", "q8_0"],

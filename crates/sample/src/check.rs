@@ -92,12 +92,28 @@ pub(crate) fn additive_penalty(field: &'static str, p: f32) -> Result<(), Sample
     Err(invalid(field, p, "must be finite (0 = no penalty)"))
 }
 
-/// `penalty_window`: in `[1, i32::MAX]`.
-pub(crate) fn penalty_window(n: usize) -> Result<(), SampleError> {
+/// A penalty's window (`field`): in `[1, i32::MAX]`.
+pub(crate) fn penalty_window(field: &'static str, n: usize) -> Result<(), SampleError> {
     if is_count(n) {
         return Ok(());
     }
-    Err(invalid("penalty_window", n, "must be in [1, 2147483647]"))
+    Err(invalid(field, n, "must be in [1, 2147483647]"))
+}
+
+/// `xtc_probability`: in `[0, 1]`.
+pub(crate) fn xtc_probability(p: f32) -> Result<(), SampleError> {
+    if (0.0..=1.0).contains(&p) {
+        return Ok(());
+    }
+    Err(invalid("xtc_probability", p, "must be in [0, 1]"))
+}
+
+/// `xtc_threshold`: in `[0, 0.5]`.
+pub(crate) fn xtc_threshold(t: f32) -> Result<(), SampleError> {
+    if (0.0..=0.5).contains(&t) {
+        return Ok(());
+    }
+    Err(invalid("xtc_threshold", t, "must be in [0, 0.5]"))
 }
 
 /// `logit_bias`: every bias a number or `-inf`.

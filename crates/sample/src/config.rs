@@ -28,12 +28,25 @@ pub struct SamplerConfig {
     /// Subtracted from a token's logit once per occurrence in the recent
     /// window. Finite (negative values favour repetition).
     pub frequency_penalty: Option<f32>,
-    /// How many of the most recent history tokens the three penalties look
-    /// at (mlx-lm's `repetition_context_size`). `>= 1`.
-    pub penalty_window: usize,
+    /// How many of the most recent history tokens the repetition penalty
+    /// looks at (mlx-lm's `repetition_context_size`). `>= 1`.
+    pub repetition_window: usize,
+    /// The same for the presence penalty (`presence_context_size`). `>= 1`.
+    pub presence_window: usize,
+    /// The same for the frequency penalty (`frequency_context_size`). `>= 1`.
+    pub frequency_window: usize,
     /// `(token id, bias)` pairs added to the logits; biases of a repeated id
     /// add up. A bias may be `-inf` (bans the token) but not NaN or `+inf`.
     pub logit_bias: Vec<(u32, f32)>,
+    /// XTC ("exclude top choices"): the probability, per drawn token, of
+    /// removing every token more likely than `xtc_threshold` except the
+    /// least likely of them. In `[0, 1]`; `None` or `0` turns it off.
+    pub xtc_probability: Option<f32>,
+    /// XTC's probability threshold. In `[0, 0.5]` (mlx-lm's default 0.1).
+    pub xtc_threshold: f32,
+    /// Token ids XTC never removes (mlx-lm's `xtc_special_tokens`; its
+    /// command line passes the newline and end-of-sequence ids).
+    pub xtc_special_tokens: Vec<u32>,
     /// Seed of the sampler's random key.
     pub seed: u64,
 }
@@ -50,14 +63,34 @@ impl Default for SamplerConfig {
             repetition_penalty: None,
             presence_penalty: None,
             frequency_penalty: None,
-            penalty_window: 20,
+            repetition_window: 20,
+            presence_window: 20,
+            frequency_window: 20,
             logit_bias: Vec::new(),
+            xtc_probability: None,
+            xtc_threshold: 0.1,
+            xtc_special_tokens: Vec::new(),
             seed: 0,
         }
     }
 }
 
 impl SamplerConfig {
+    /// How many recent history tokens any enabled penalty looks at (0 with
+    /// no penalty): what a generation loop must keep.
+    pub fn history_window(&self) -> usize {
+        [
+            (self.repetition_penalty, self.repetition_window),
+            (self.presence_penalty, self.presence_window),
+            (self.frequency_penalty, self.frequency_window),
+        ]
+        .iter()
+        .filter(|(penalty, _)| penalty.is_some())
+        .map(|&(_, window)| window)
+        .max()
+        .unwrap_or(0)
+    }
+
     /// Checks every setting against its accepted range.
     pub fn validate(&self) -> Result<(), SampleError> {
         check::temperature(self.temperature)?;
@@ -80,7 +113,13 @@ impl SamplerConfig {
         if let Some(p) = self.frequency_penalty {
             check::additive_penalty("frequency_penalty", p)?;
         }
-        check::penalty_window(self.penalty_window)?;
+        check::penalty_window("repetition_window", self.repetition_window)?;
+        check::penalty_window("presence_window", self.presence_window)?;
+        check::penalty_window("frequency_window", self.frequency_window)?;
+        if let Some(p) = self.xtc_probability {
+            check::xtc_probability(p)?;
+        }
+        check::xtc_threshold(self.xtc_threshold)?;
         check::logit_bias(&self.logit_bias)
     }
 }

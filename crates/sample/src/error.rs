@@ -41,6 +41,14 @@ pub enum SampleError {
         /// The vocabulary size (the logits' last dimension).
         vocab: i32,
     },
+    /// `xtc_special_tokens` names a token id outside the logits' vocabulary.
+    #[error("sampler setting `xtc_special_tokens` names token {token}, outside the vocabulary of {vocab} tokens")]
+    XtcTokenOutOfVocab {
+        /// The offending token id.
+        token: u32,
+        /// The vocabulary size (the logits' last dimension).
+        vocab: i32,
+    },
     /// An MLX operation failed.
     #[error(transparent)]
     Mlx(#[from] mlx_core::Error),

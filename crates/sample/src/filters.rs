@@ -92,3 +92,32 @@ pub fn apply_top_k(logprobs: &Array, top_k: usize) -> Result<Array, SampleError>
             .slice(&[0, k], &[1, vocab], &[1, 1])?;
     Ok(logprobs.put_along_axis(&rest, &scalar(f64::NEG_INFINITY)?, -1)?)
 }
+
+/// XTC ("exclude top choices"): removes every token whose probability
+/// exceeds `threshold` except the least likely of them, and never the ids in
+/// `special` (all below the vocabulary size). With fewer than two tokens
+/// above the threshold nothing is removed. `threshold` in `[0, 0.5]`. Takes
+/// log-probabilities or logits (the probabilities are their softmax).
+///
+/// As mlx-lm's `apply_xtc`, without its random choice of whether to apply
+/// (the sampler draws that: [`crate::SamplerConfig::xtc_probability`]).
+pub fn apply_xtc(logprobs: &Array, threshold: f32, special: &[u32]) -> Result<Array, SampleError> {
+    check::xtc_threshold(threshold)?;
+    let vocab = check::logits_row(logprobs)?;
+    let probs = logprobs.softmax(&[-1], true)?;
+    let above = probs.greater(&scalar(f64::from(threshold))?)?;
+    let least = where_(&above, &probs, &scalar(f64::INFINITY)?)?.min(&[-1], true)?;
+    let mut remove = probs.greater(&least)?;
+    if !special.is_empty() {
+        let ids = special
+            .iter()
+            .map(|&token| match i32::try_from(token) {
+                Ok(id) if id < vocab => Ok(id),
+                _ => Err(SampleError::XtcTokenOutOfVocab { token, vocab }),
+            })
+            .collect::<Result<Vec<i32>, _>>()?;
+        let ids = Array::from_slice(&ids, &[1, ids.len() as i32])?;
+        remove = remove.put_along_axis(&ids, &Array::scalar(0.0, Dtype::Bool)?, -1)?;
+    }
+    remove_where(&remove, logprobs)
+}

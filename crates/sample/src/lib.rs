@@ -8,8 +8,9 @@
 //! # Order of application
 //!
 //! 1. The logits (`[1, vocab]`, any float dtype) are cast to float32.
-//! 2. Logits processors, in mlx-lm's `make_logits_processors` order, the
-//!    penalties over the last `penalty_window` ids of the history:
+//! 2. Logits processors, in mlx-lm's `make_logits_processors` order, each
+//!    penalty over the last ids of the history in its own window
+//!    (`repetition_window`, `presence_window`, `frequency_window`):
 //!    1. logit bias: `logits[t] += bias[t]`;
 //!    2. repetition penalty `r`: for each distinct recent token,
 //!       `logits[t] / r` if `logits[t] >= 0`, else `logits[t] * r`;
@@ -23,7 +24,10 @@
 //! 5. Otherwise the filters, in mlx-lm's `make_sampler` order, each setting
 //!    removed tokens to `-inf` and judging the untempered distribution left
 //!    by the filters before it: top-p (skipped when `top_p == 1`), min-p
-//!    (with `min_tokens_to_keep`; skipped when `min_p == 0`), top-k.
+//!    (with `min_tokens_to_keep`; skipped when `min_p == 0`), XTC (with
+//!    probability `xtc_probability`, drawn on the device: every token more
+//!    likely than `xtc_threshold` but the least likely of them is removed,
+//!    `xtc_special_tokens` never), top-k.
 //! 6. Temperature and draw: `categorical(logprobs / temperature)` with a
 //!    fresh subkey split off the sampler's key, which comes from `seed`.
 //!    The same seed, settings and inputs give the same tokens.
@@ -50,19 +54,19 @@
 //!   distribution is the same, the concrete token streams for a given seed are not.
 //! - Turning things off: `None` turns a filter or penalty off. mlx-lm's
 //!   "off" values `top_k = 0` and `repetition_penalty = 0` are rejected by
-//!   [`SamplerConfig::validate`], as is `penalty_window = 0` (in mlx-lm,
+//!   [`SamplerConfig::validate`], as are penalty windows of 0 (in mlx-lm,
 //!   `tokens[-0:]` is the whole history). `top_p = 1`, `min_p = 0` and
 //!   presence or frequency penalties of 0 are no-ops, as in mlx-lm.
 //! - Range checks: a `top_k` or `min_tokens_to_keep` of at least the vocabulary
 //!   size keeps every token (mlx-lm raises an error, for `top_k`, or fails in
 //!   `argpartition`, for `min_tokens_to_keep` above the vocabulary size);
 //!   presence and frequency penalties must be finite (mlx-lm does not check
-//!   them); a logit-bias id outside the vocabulary is an error.
-//! - One window: the three penalties share `penalty_window`; mlx-lm has one
-//!   context size per penalty (all 20 by default, like ours).
+//!   them); a logit-bias or XTC special id outside the vocabulary is an
+//!   error.
 //! - Logit bias: a list of pairs in which biases of a repeated id add up
 //!   (mlx-lm takes a dict, so ids cannot repeat).
-//! - XTC sampling (`xtc_probability`, `xtc_threshold`) is not implemented.
+//! - XTC's draw (whether to apply it) comes from the sampler's key, like the
+//!   token's draw.
 
 mod check;
 mod config;

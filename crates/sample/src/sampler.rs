@@ -3,7 +3,7 @@
 use mlx_core::random;
 use mlx_core::{Array, Dtype};
 
-use crate::filters::{apply_min_p, apply_top_k, apply_top_p};
+use crate::filters::{apply_min_p, apply_top_k, apply_top_p, apply_xtc};
 use crate::processors::{
     apply_frequency_penalty, apply_presence_penalty, apply_repetition_penalty, LogitBias,
 };
@@ -41,8 +41,8 @@ impl Sampler {
 
     /// Chooses the next token. `logits`: `[1, vocab]` of any float dtype.
     /// `history`: the ids generated or seen so far, a 1-d int32 or uint32
-    /// array with every id below `vocab` (only its last `penalty_window`
-    /// entries are used), or `None`. Returns the id as a uint32 array of
+    /// array with every id below `vocab` (each penalty uses the last entries
+    /// of its window), or `None`. Returns the id as a uint32 array of
     /// shape `[1]`, not evaluated: nothing is read back to the host.
     pub fn sample(
         &mut self,
@@ -53,13 +53,21 @@ impl Sampler {
         let token = if self.is_greedy() {
             logits.argmax(-1, false)?
         } else {
-            let filtered = self.filter(logits)?;
+            let (next_key, mut draw_key) = random::split(&self.key)?;
+            self.key = next_key;
+            let mut filtered = self.filter(logits)?;
+            if let Some(p) = self.config.xtc_probability.filter(|&p| p > 0.0) {
+                let (key, xtc_key) = random::split(&draw_key)?;
+                draw_key = key;
+                filtered = self.xtc(&filtered, p, &xtc_key)?;
+            }
+            if let Some(k) = self.config.top_k {
+                filtered = apply_top_k(&filtered, k)?;
+            }
             let scaled = filtered.multiply(&Array::scalar(
                 1.0 / f64::from(self.config.temperature),
                 Dtype::Float32,
             )?)?;
-            let (next_key, draw_key) = random::split(&self.key)?;
-            self.key = next_key;
             random::categorical(&scaled, -1, Some(&draw_key))?
         };
         Ok(token.astype(Dtype::Uint32)?)
@@ -78,30 +86,9 @@ impl Sampler {
         if let Some(bias) = &self.bias {
             logits = bias.apply(&logits)?;
         }
-        let Some(window) = self.recent_window(history)? else {
-            return Ok(logits);
-        };
-        if let Some(penalty) = self.config.repetition_penalty {
-            logits = apply_repetition_penalty(&logits, &window, penalty)?;
-        }
-        if let Some(penalty) = self.config.presence_penalty {
-            logits = apply_presence_penalty(&logits, &window, penalty)?;
-        }
-        if let Some(penalty) = self.config.frequency_penalty {
-            logits = apply_frequency_penalty(&logits, &window, penalty)?;
-        }
-        Ok(logits)
-    }
-
-    /// The last `penalty_window` ids of `history`; `None` when no penalty is
-    /// set or the history is absent or empty.
-    fn recent_window(&self, history: Option<&Array>) -> Result<Option<Array>, SampleError> {
         let c = &self.config;
-        let penalized = c.repetition_penalty.is_some()
-            || c.presence_penalty.is_some()
-            || c.frequency_penalty.is_some();
-        let Some(history) = history.filter(|_| penalized) else {
-            return Ok(None);
+        let Some(history) = history.filter(|_| c.history_window() > 0) else {
+            return Ok(logits);
         };
         let shape = history.shape();
         let dtype = history.dtype();
@@ -112,17 +99,42 @@ impl Sampler {
             return Err(SampleError::BadHistory { shape, dtype });
         }
         if n == 0 {
-            return Ok(None);
+            return Ok(logits);
         }
-        let window = i32::try_from(c.penalty_window).unwrap_or(i32::MAX);
-        if n <= window {
-            return Ok(Some(history.clone()));
+        let recent = |window: usize| -> Result<Array, SampleError> {
+            let window = i32::try_from(window).unwrap_or(i32::MAX);
+            Ok(if n <= window {
+                history.clone()
+            } else {
+                history.slice(&[n - window], &[n], &[1])?
+            })
+        };
+        if let Some(penalty) = c.repetition_penalty {
+            logits = apply_repetition_penalty(&logits, &recent(c.repetition_window)?, penalty)?;
         }
-        Ok(Some(history.slice(&[n - window], &[n], &[1])?))
+        if let Some(penalty) = c.presence_penalty {
+            logits = apply_presence_penalty(&logits, &recent(c.presence_window)?, penalty)?;
+        }
+        if let Some(penalty) = c.frequency_penalty {
+            logits = apply_frequency_penalty(&logits, &recent(c.frequency_window)?, penalty)?;
+        }
+        Ok(logits)
     }
 
-    /// The filters mlx-lm's `make_sampler` chains, in its order: top-p,
-    /// min-p, top-k. Settings that keep every token are skipped, as there.
+    /// XTC with probability `p`: drawn on the device from `key`, so nothing
+    /// is read back (as mlx-lm, which keeps the logits when a uniform draw
+    /// exceeds `p`).
+    fn xtc(&self, logits: &Array, p: f32, key: &Array) -> Result<Array, SampleError> {
+        let c = &self.config;
+        let excluded = apply_xtc(logits, c.xtc_threshold, &c.xtc_special_tokens)?;
+        let draw = random::uniform(0.0, 1.0, &[], Dtype::Float32, Some(key))?;
+        let apply = draw.less_equal(&Array::scalar(f64::from(p), Dtype::Float32)?)?;
+        Ok(mlx_core::where_(&apply, &excluded, logits)?)
+    }
+
+    /// The first filters mlx-lm's `make_sampler` chains, in its order:
+    /// top-p, min-p (then XTC and top-k, in [`Sampler::sample`]). Settings
+    /// that keep every token are skipped, as there.
     /// The log-softmax is computed only for top-p, the one step that needs
     /// probabilities: min-p, top-k and the draw give the same result for
     /// logits shifted by a constant.
@@ -134,9 +146,6 @@ impl Sampler {
         }
         if let Some(p) = c.min_p.filter(|&p| p > 0.0) {
             logits = apply_min_p(&logits, p, c.min_tokens_to_keep)?;
-        }
-        if let Some(k) = c.top_k {
-            logits = apply_top_k(&logits, k)?;
         }
         Ok(logits)
     }

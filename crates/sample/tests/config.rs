@@ -8,7 +8,13 @@ fn the_default_is_greedy_and_valid() {
     let config = SamplerConfig::default();
     assert_eq!(config.temperature, 0.0);
     assert_eq!(config.min_tokens_to_keep, 1);
-    assert_eq!(config.penalty_window, 20);
+    let windows = (
+        config.repetition_window,
+        config.presence_window,
+        config.frequency_window,
+    );
+    assert_eq!(windows, (20, 20, 20));
+    assert_eq!((config.xtc_probability, config.xtc_threshold), (None, 0.1));
     assert!(config.validate().is_ok());
     assert!(Sampler::new(config).unwrap().is_greedy());
 }
@@ -24,14 +30,21 @@ fn edge_values_are_accepted() {
         repetition_penalty: Some(0.5),
         presence_penalty: Some(-2.0),
         frequency_penalty: Some(0.0),
-        penalty_window: 1,
+        repetition_window: 1,
+        presence_window: 1,
+        frequency_window: 1,
         logit_bias: vec![(0, f32::NEG_INFINITY), (3, -100.0), (3, 5.0)],
+        xtc_probability: Some(1.0),
+        xtc_threshold: 0.5,
+        xtc_special_tokens: vec![u32::MAX],
         seed: u64::MAX,
     };
     assert!(config.validate().is_ok());
     assert!(SamplerConfig {
         min_p: Some(1.0),
         top_p: Some(1e-6),
+        xtc_probability: Some(0.0),
+        xtc_threshold: 0.0,
         ..config
     }
     .validate()
@@ -133,14 +146,51 @@ fn each_bad_value_names_its_field_and_range() {
             "finite",
         );
     }
-    assert_rejected(
-        SamplerConfig {
-            penalty_window: 0,
-            ..base()
-        },
-        "penalty_window",
-        "[1, 2147483647]",
-    );
+    for (field, config) in [
+        (
+            "repetition_window",
+            SamplerConfig {
+                repetition_window: 0,
+                ..base()
+            },
+        ),
+        (
+            "presence_window",
+            SamplerConfig {
+                presence_window: 0,
+                ..base()
+            },
+        ),
+        (
+            "frequency_window",
+            SamplerConfig {
+                frequency_window: 0,
+                ..base()
+            },
+        ),
+    ] {
+        assert_rejected(config, field, "[1, 2147483647]");
+    }
+    for p in [-0.1, 1.5, f32::NAN] {
+        assert_rejected(
+            SamplerConfig {
+                xtc_probability: Some(p),
+                ..base()
+            },
+            "xtc_probability",
+            "[0, 1]",
+        );
+    }
+    for t in [-0.1, 0.6, f32::NAN] {
+        assert_rejected(
+            SamplerConfig {
+                xtc_threshold: t,
+                ..base()
+            },
+            "xtc_threshold",
+            "[0, 0.5]",
+        );
+    }
     for b in [f32::NAN, f32::INFINITY] {
         assert_rejected(
             SamplerConfig {

@@ -6,7 +6,7 @@ mod common;
 
 use common::row;
 use mlx_core::Array;
-use sample::filters::{apply_min_p, apply_top_k, apply_top_p};
+use sample::filters::{apply_min_p, apply_top_k, apply_top_p, apply_xtc};
 use sample::processors::{
     apply_frequency_penalty, apply_presence_penalty, apply_repetition_penalty,
 };
@@ -214,4 +214,52 @@ fn rows_of_the_wrong_shape_are_errors() {
             Err(SampleError::BadLogits { .. })
         ));
     }
+}
+
+#[test]
+fn xtc_removes_every_likely_token_but_the_least_likely_of_them() {
+    // Above 0.1: 0.5, 0.3 and 0.15; all but the least likely (0.15) go.
+    let probs = [0.05, 0.5, 0.15, 0.3];
+    let out = |threshold, special: &[u32]| {
+        kept(
+            &probs,
+            &apply_xtc(&log_row(&probs), threshold, special).unwrap(),
+        )
+    };
+    assert_eq!(out(0.1, &[]), vec![0, 2]);
+    // A special token stays; the others above the threshold still go.
+    assert_eq!(out(0.1, &[1]), vec![0, 1, 2]);
+    // Above 0.2: 0.5 and 0.3; 0.5 goes.
+    assert_eq!(out(0.2, &[]), vec![0, 2, 3]);
+    // Above 0.4: 0.5 alone, which is then the least likely of them: kept.
+    assert_eq!(out(0.4, &[]), vec![0, 1, 2, 3]);
+    // Unnormalized logits (shifted log-probabilities) give the same.
+    let shifted: Vec<f32> = probs.iter().map(|p| p.ln() + 3.0).collect();
+    let removed = apply_xtc(&row(&shifted), 0.1, &[])
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    let gone: Vec<bool> = removed.iter().map(|v| *v == f32::NEG_INFINITY).collect();
+    assert_eq!(gone, vec![false, true, false, true]);
+}
+
+#[test]
+fn xtc_checks_its_threshold_and_special_tokens() {
+    let logits = log_row(&[0.5, 0.5]);
+    assert!(matches!(
+        apply_xtc(&logits, 0.6, &[]),
+        Err(SampleError::InvalidSetting {
+            field: "xtc_threshold",
+            ..
+        })
+    ));
+    let err = apply_xtc(&logits, 0.1, &[2]).unwrap_err();
+    assert!(
+        matches!(err, SampleError::XtcTokenOutOfVocab { token: 2, vocab: 2 }),
+        "{err}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "sampler setting `xtc_special_tokens` names token 2, outside the vocabulary of 2 tokens"
+    );
 }

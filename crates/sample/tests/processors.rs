@@ -24,7 +24,9 @@ fn processed(config: SamplerConfig, history: Option<&Array>) -> Vec<f32> {
 
 fn windowed(config: SamplerConfig) -> SamplerConfig {
     SamplerConfig {
-        penalty_window: 4,
+        repetition_window: 4,
+        presence_window: 4,
+        frequency_window: 4,
         ..config
     }
 }
@@ -87,7 +89,7 @@ fn the_window_defaults_to_20_tokens() {
         presence_penalty: Some(1.0),
         ..Default::default()
     };
-    assert_eq!(config.penalty_window, 20);
+    assert_eq!(config.presence_window, 20);
     // 24 ids: the first four (token 5) are outside the window, the last 20 (token 2) inside.
     let ids: Vec<u32> = [5; 4].into_iter().chain([2; 20]).collect();
     let history = Array::from_slice(&ids, &[24]).unwrap();
@@ -95,6 +97,33 @@ fn the_window_defaults_to_20_tokens() {
         processed(config, Some(&history)),
         vec![2.0, -1.0, 2.0, -4.0, 0.5, 1.5]
     );
+}
+
+#[test]
+fn each_penalty_looks_at_its_own_window() {
+    // Repetition over the last 2 ids [0, 3], presence over the last 4
+    // [0, 1, 0, 3], frequency over all 6 [2, 4, 0, 1, 0, 3].
+    let config = SamplerConfig {
+        repetition_penalty: Some(2.0),
+        repetition_window: 2,
+        presence_penalty: Some(0.5),
+        presence_window: 4,
+        frequency_penalty: Some(0.25),
+        frequency_window: 6,
+        ..Default::default()
+    };
+    assert_eq!(config.history_window(), 6);
+    // 0: 2 / 2 - 0.5 - 2 × 0.25 = 0; 1: -1 - 0.5 - 0.25 = -1.75;
+    // 2: 3 - 0.25 = 2.75; 3: -4 × 2 - 0.5 - 0.25 = -8.75; 4: 0.5 - 0.25 = 0.25.
+    assert_eq!(
+        processed(config, Some(&history())),
+        vec![0.0, -1.75, 2.75, -8.75, 0.25, 1.5]
+    );
+    let without_penalties = SamplerConfig {
+        repetition_window: 50,
+        ..Default::default()
+    };
+    assert_eq!(without_penalties.history_window(), 0);
 }
 
 #[test]

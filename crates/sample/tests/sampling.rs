@@ -111,6 +111,31 @@ fn filters_run_in_mlx_lm_order_on_the_untempered_distribution() {
 }
 
 #[test]
+fn xtc_applies_with_its_probability() {
+    // Above the 0.1 threshold: 0.5, 0.3, 0.15; XTC leaves 0.15 : 0.05.
+    let probs = [0.5, 0.3, 0.15, 0.05];
+    let xtc = |probability, seed| SamplerConfig {
+        xtc_probability: Some(probability),
+        xtc_threshold: 0.1,
+        ..sampling(1.0, seed)
+    };
+    let always = counts(xtc(1.0, 7), &log_row(&probs));
+    assert_matches(&always, &[0.0, 0.0, 0.75, 0.25]);
+    // Half the time: the average of [0.5, 0.3, 0.15, 0.05] and [0, 0, 0.75, 0.25].
+    let half = counts(xtc(0.5, 8), &log_row(&probs));
+    assert_matches(&half, &[0.25, 0.15, 0.45, 0.15]);
+    // A special token survives XTC.
+    let kept = SamplerConfig {
+        xtc_special_tokens: vec![0],
+        ..xtc(1.0, 9)
+    };
+    assert_matches(
+        &counts(kept, &log_row(&probs)),
+        &normalized(&[0.5, 0.0, 0.15, 0.05]),
+    );
+}
+
+#[test]
 fn min_tokens_to_keep_applies_when_sampling() {
     let probs = [0.5, 0.2, 0.12, 0.09, 0.05, 0.04];
     let config = SamplerConfig {

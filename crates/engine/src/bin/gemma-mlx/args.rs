@@ -59,15 +59,29 @@ pub struct SamplingArgs {
     /// Penalty for tokens in the recent window (> 1 discourages repeats).
     #[arg(long, allow_negative_numbers = true)]
     pub repetition_penalty: Option<f32>,
-    /// How many recent tokens the penalties look at.
+    /// How many recent tokens the repetition penalty looks at.
     #[arg(long, default_value_t = 20)]
     pub repetition_context_size: usize,
     /// Subtracted from the logit of every token in the recent window.
     #[arg(long, allow_negative_numbers = true)]
     pub presence_penalty: Option<f32>,
+    /// How many recent tokens the presence penalty looks at.
+    #[arg(long, default_value_t = 20)]
+    pub presence_context_size: usize,
     /// Subtracted once per occurrence in the recent window.
     #[arg(long, allow_negative_numbers = true)]
     pub frequency_penalty: Option<f32>,
+    /// How many recent tokens the frequency penalty looks at.
+    #[arg(long, default_value_t = 20)]
+    pub frequency_context_size: usize,
+    /// XTC: the probability, per token, of removing every token more likely
+    /// than `--xtc-threshold` except the least likely of them (never the
+    /// newline and end-of-sequence tokens).
+    #[arg(long)]
+    pub xtc_probability: Option<f32>,
+    /// XTC's probability threshold, in [0, 0.5].
+    #[arg(long, default_value_t = 0.1)]
+    pub xtc_threshold: f32,
     /// Added to a token's logit: ID=BIAS, repeatable.
     #[arg(long = "logit-bias", value_parser = parse_bias)]
     pub logit_bias: Vec<(u32, f32)>,

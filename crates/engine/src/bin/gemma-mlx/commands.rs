@@ -38,7 +38,11 @@ fn options(sampling: &SamplingArgs) -> Result<GenerateOptions> {
         repetition_penalty: sampling.repetition_penalty,
         presence_penalty: sampling.presence_penalty,
         frequency_penalty: sampling.frequency_penalty,
-        penalty_window: sampling.repetition_context_size,
+        repetition_window: sampling.repetition_context_size,
+        presence_window: sampling.presence_context_size,
+        frequency_window: sampling.frequency_context_size,
+        xtc_probability: sampling.xtc_probability,
+        xtc_threshold: sampling.xtc_threshold,
         logit_bias: sampling.logit_bias.clone(),
         seed: sampling.seed,
         ..SamplerConfig::default()
@@ -55,6 +59,23 @@ fn options(sampling: &SamplingArgs) -> Result<GenerateOptions> {
         decode: sampling.decode,
         ..defaults
     })
+}
+
+/// Keeps XTC off the newline and end-of-sequence tokens, as mlx-lm's
+/// command line does (a model without tokenizer: its end-of-sequence ids).
+fn protect_from_xtc(options: &mut GenerateOptions, engine: &Engine) -> Result<()> {
+    if options.sampler.xtc_probability.is_none() {
+        return Ok(());
+    }
+    let mut ids = engine.loaded.model.config.eos_token_ids.clone();
+    if let Some(tokenizer) = engine.loaded.tokenizer.as_ref() {
+        ids.extend(tokenizer.encode_plain("\n")?);
+        ids.extend(tokenizer.stop_ids());
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    options.sampler.xtc_special_tokens = ids;
+    Ok(())
 }
 
 /// Streams text to stdout, or to stderr when stdout carries JSON.
@@ -89,7 +110,7 @@ fn generation_json(g: &Generation) -> serde_json::Value {
 }
 
 fn generate(args: GenerateArgs) -> Result<()> {
-    let options = options(&args.sampling)?;
+    let mut options = options(&args.sampling)?;
     let ids = match args.synthetic_prompt {
         Some(n) => Some(synthetic_prompt(n)),
         None if !args.token_ids.is_empty() => Some(args.token_ids.clone()),
@@ -100,6 +121,7 @@ fn generate(args: GenerateArgs) -> Result<()> {
         None => text_or_stdin(args.prompt.as_ref())?,
     };
     let engine = args.model.load(args.json)?;
+    protect_from_xtc(&mut options, &engine)?;
     let mut on_text = stream_to(args.json);
     let result = if let Some(ids) = ids {
         engine.generate_ids(&ids, &options, &mut on_text)?
@@ -138,8 +160,9 @@ fn synthetic_prompt(n: usize) -> Vec<u32> {
 }
 
 fn chat(args: ChatArgs) -> Result<()> {
-    let options = options(&args.sampling)?;
+    let mut options = options(&args.sampling)?;
     let engine = args.model.load(args.json)?;
+    protect_from_xtc(&mut options, &engine)?;
     let mut session = ChatSession::new(&engine, args.system.as_deref(), options)?;
     let stdin = std::io::stdin();
     let mut lines = stdin.lock().lines();
