@@ -38,7 +38,10 @@ pub enum DecodeMode {
     #[default]
     Eager,
     /// The fixed-shape step of [`gemma::decode_step`], compiled by MLX, when
-    /// the KV cache stores floats; eager otherwise (a quantizing cache).
+    /// the KV cache stores floats; eager otherwise (a quantizing cache). The
+    /// caches are reserved up front for `max_tokens` more tokens (at most the
+    /// context); MLX's CPU attention then reads the whole reservation at
+    /// every step, our GPU kernel only the positions filled.
     Compiled,
 }
 
