@@ -209,4 +209,24 @@ mod tests {
         let after: Vec<usize> = step.caches().iter().map(LayerCache::nbytes).collect();
         assert_eq!(&after[..5], &bytes[..5]);
     }
+
+    #[test]
+    fn after_the_window_wraps_the_compiled_step_repeats_the_eager_step() {
+        // The sliding caches run ahead of the trimmed global one: each kind
+        // keeps its own position, as in the eager pass.
+        let model = tiny_model();
+        let mut eager = DecodeStep::new(&model, CacheFormat::COMPUTE, 40, 2, false).unwrap();
+        let mut compiled = DecodeStep::new(&model, CacheFormat::COMPUTE, 40, 2, true).unwrap();
+        for _ in 0..3 {
+            let a = eager.run().unwrap().to_vec::<f32>().unwrap();
+            let b = compiled.run().unwrap().to_vec::<f32>().unwrap();
+            let gap = a
+                .iter()
+                .zip(&b)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0.0f32, f32::max);
+            assert!(gap < 1e-4, "compiled step differs by {gap}");
+        }
+        assert_eq!(offsets(&compiled), vec![43, 43, 43, 43, 43, 40]);
+    }
 }

@@ -15,8 +15,18 @@ use mlx_core::{arange, where_, Array, Dtype, Function};
 use crate::cache::{Attend, FixedSlot, KeyMask, KvStore, LayerCache, VectorSpec};
 use crate::model::{Gemma3, KvTarget, ModelError};
 
-/// Inputs before the per-layer buffers: token, position, ring slot, ring valid.
-const SCALAR_INPUTS: usize = 4;
+/// Inputs before the per-layer buffers: the token, then the global layers'
+/// position, and the sliding layers' position, ring slot and valid count.
+const SCALAR_INPUTS: usize = 5;
+
+/// Where one kind of cache (global or sliding) takes the next token: its
+/// RoPE position, the buffer slot it goes to, and the valid positions after.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct KindSlot {
+    position: i32,
+    write_at: i32,
+    valid: i32,
+}
 
 /// One layer's keys and values in a fixed-shape step: buffers written at
 /// `write_at`, attended to on their first `valid` positions (`mask` is the
@@ -99,8 +109,8 @@ impl DecodeStep {
         Ok(true)
     }
 
-    /// Logits `[1, 1, vocab]` of `token` (`[1, 1]` int32) fed after what the
-    /// reserved `caches` hold; the caches take the token.
+    /// Logits `[1, 1, vocab]` of `token` (`[1, 1]` integer ids) fed after
+    /// what the reserved `caches` hold; the caches take the token.
     pub fn forward(&self, token: &Array, caches: &mut [LayerCache]) -> Result<Array, ModelError> {
         if caches.len() != self.sliding.len() {
             return Err(ModelError::Input(format!(
@@ -109,8 +119,11 @@ impl DecodeStep {
                 self.sliding.len()
             )));
         }
-        let position = caches.first().map_or(0, LayerCache::offset);
-        let mut ring: Option<(i32, i32)> = None;
+        // Every cache of a kind must take the token at the same slot; the
+        // kinds may differ (a benchmark that trims the global caches back
+        // while the wrapped sliding ones cannot be), each RoPE'd at its own
+        // position as in the eager pass.
+        let (mut global, mut ring): (Option<KindSlot>, Option<KindSlot>) = (None, None);
         let mut slots: Vec<FixedSlot> = Vec::with_capacity(caches.len());
         for (i, (cache, &sliding)) in caches.iter().zip(&self.sliding).enumerate() {
             let slot = cache.fixed_slot().ok_or_else(|| {
@@ -118,25 +131,43 @@ impl DecodeStep {
                     "the cache of layer {i} is not reserved for fixed-shape steps, or is full"
                 ))
             })?;
-            let consistent = match (cache, sliding) {
-                (LayerCache::Plain(_), false) => slot.write_at == position,
-                (LayerCache::Rotating(_), true) => {
-                    let here = (slot.write_at, slot.valid);
-                    *ring.get_or_insert(here) == here && cache.offset() == position
-                }
-                _ => false,
+            let here = KindSlot {
+                position: cache.offset(),
+                write_at: slot.write_at,
+                valid: slot.valid,
             };
-            if !consistent {
+            let kind = match (cache, sliding) {
+                (LayerCache::Plain(_), false) => &mut global,
+                (LayerCache::Rotating(_), true) => &mut ring,
+                _ => {
+                    return Err(ModelError::Input(format!(
+                        "the cache of layer {i} is of the wrong kind for its layer"
+                    )))
+                }
+            };
+            if *kind.get_or_insert(here) != here {
                 return Err(ModelError::Input(format!(
-                    "the cache of layer {i} is not in step with the others or is of the wrong kind"
+                    "the cache of layer {i} is not in step with the other caches of its kind"
                 )));
             }
             slots.push(slot);
         }
-        let (ring_at, ring_valid) = ring.unwrap_or((0, 1));
+        let unused = KindSlot {
+            position: 0,
+            write_at: 0,
+            valid: 1,
+        };
+        let (global, ring) = (global.unwrap_or(unused), ring.unwrap_or(unused));
         let scalar = |v: i32| Array::from_slice(&[v], &[1]);
-        let scalars = [scalar(position)?, scalar(ring_at)?, scalar(ring_valid)?];
-        let mut inputs: Vec<&Array> = vec![token];
+        let scalars = [
+            scalar(global.position)?,
+            scalar(ring.position)?,
+            scalar(ring.write_at)?,
+            scalar(ring.valid)?,
+        ];
+        // One token dtype, so that MLX traces the step once.
+        let token = token.astype(Dtype::Uint32)?;
+        let mut inputs: Vec<&Array> = vec![&token];
         inputs.extend(scalars.iter());
         for slot in &slots {
             inputs.extend([&slot.keys, &slot.values]);
@@ -159,17 +190,18 @@ impl DecodeStep {
     }
 }
 
-/// The traced step: inputs `[token, position, ring slot, ring valid, k₀, v₀,
-/// k₁, v₁, …]`, outputs `[logits, k₀', v₀', …]`.
+/// The traced step: inputs `[token, global position, sliding position, ring
+/// slot, ring valid, k₀, v₀, k₁, v₁, …]`, outputs `[logits, k₀', v₀', …]`.
+/// A global layer writes at its position and sees every position up to it.
 fn fixed_forward(model: &Gemma3, inputs: &[Array]) -> mlx_core::Result<Vec<Array>> {
     let host = |e: ModelError| match e {
         ModelError::Mlx(e) => e,
         other => mlx_core::Error::Host(other.to_string()),
     };
-    let (Some([token, position, ring_at, ring_valid]), buffers) = (
+    let (Some([token, position, ring_position, ring_at, ring_valid]), buffers) = (
         inputs
             .get(..SCALAR_INPUTS)
-            .and_then(|s| <&[Array; 4]>::try_from(s).ok()),
+            .and_then(|s| <&[Array; SCALAR_INPUTS]>::try_from(s).ok()),
         inputs.get(SCALAR_INPUTS..).unwrap_or(&[]),
     ) else {
         return Err(mlx_core::Error::Host(format!(
@@ -210,7 +242,7 @@ fn fixed_forward(model: &Gemma3, inputs: &[Array]) -> mlx_core::Result<Vec<Array
             KvTarget::Fixed(FixedTarget {
                 keys: pair[0].clone(),
                 values: pair[1].clone(),
-                position,
+                position: if sliding { ring_position } else { position },
                 write_at: if sliding { ring_at } else { position },
                 valid: valid_of(sliding),
                 mask: &masks[mask].2,
