@@ -152,6 +152,15 @@ mod tests {
         load(&source, options, &mut |_, _| {}).unwrap().model
     }
 
+    /// The largest |a − b| of two equally long rows of logits.
+    fn max_gap(a: &[f32], b: &[f32]) -> f32 {
+        assert_eq!(a.len(), b.len());
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0f32, f32::max)
+    }
+
     fn offsets(step: &DecodeStep<'_>) -> Vec<i32> {
         step.caches().iter().map(LayerCache::offset).collect()
     }
@@ -172,11 +181,7 @@ mod tests {
         compiled.run().unwrap();
         let again = compiled.run().unwrap().to_vec::<f32>().unwrap();
         assert_eq!(offsets(&compiled), vec![10; 6]);
-        let gap = again
-            .iter()
-            .zip(&first)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0.0f32, f32::max);
+        let gap = max_gap(&again, &first);
         assert!(gap < 1e-4, "compiled step differs by {gap}");
 
         // The same token after the same 10 in one forward, without caches reused.
@@ -185,11 +190,7 @@ mod tests {
         let full = prompt_logits(&model, &mut caches, &tokens).unwrap();
         let full = full.to_vec::<f32>().unwrap();
         assert_eq!(full.len(), 256);
-        let worst = full
-            .iter()
-            .zip(&first)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0.0f32, f32::max);
+        let worst = max_gap(&full, &first);
         assert!(
             worst < 1e-4,
             "decode step differs from a full forward by {worst}"
@@ -220,11 +221,7 @@ mod tests {
         for _ in 0..3 {
             let a = eager.run().unwrap().to_vec::<f32>().unwrap();
             let b = compiled.run().unwrap().to_vec::<f32>().unwrap();
-            let gap = a
-                .iter()
-                .zip(&b)
-                .map(|(x, y)| (x - y).abs())
-                .fold(0.0f32, f32::max);
+            let gap = max_gap(&a, &b);
             assert!(gap < 1e-4, "compiled step differs by {gap}");
         }
         assert_eq!(offsets(&compiled), vec![43, 43, 43, 43, 43, 40]);
