@@ -5,8 +5,9 @@
 //! token, with key lengths that grow by one per step. Here the caches are
 //! reserved up front ([`LayerCache::reserve_fixed`]: float buffers of their
 //! final capacity), each new key and value is written at a position held in
-//! an array, and attention runs over the whole buffers under an additive mask
-//! of the valid positions. Shapes never change, so MLX traces the step once;
+//! an array, and attention runs over the whole buffers masked to their valid
+//! positions (on the GPU through [`crate::kernels::decode_attention`], which
+//! reads only those). Shapes never change, so MLX traces the step once;
 //! every later step replays the traced graph (its elementwise chains fused)
 //! without building it again.
 
@@ -29,7 +30,7 @@ struct KindSlot {
 }
 
 /// One layer's keys and values in a fixed-shape step: buffers written at
-/// `write_at`, attended to on their first `valid` positions (`mask` is the
+/// `write_at`, attended to on their first `valid` positions (`mask` says the
 /// same as an additive mask).
 pub(crate) struct FixedTarget<'a> {
     keys: Array,
