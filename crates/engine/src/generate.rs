@@ -26,6 +26,10 @@ pub struct Generation {
     pub token_ids: Vec<u32>,
     /// Why it ended.
     pub finish_reason: FinishReason,
+    /// How the tokens after the prompt were decoded: compiled only when asked
+    /// for and the cache could be reserved (a quantizing cache decodes
+    /// eagerly).
+    pub decode: DecodeMode,
     /// Speed and memory.
     pub metrics: Metrics,
 }
@@ -273,6 +277,11 @@ pub fn generate(
         text,
         token_ids: ids,
         finish_reason: finish,
+        decode: if fixed.is_some() {
+            DecodeMode::Compiled
+        } else {
+            DecodeMode::Eager
+        },
         metrics,
     })
 }

@@ -58,6 +58,7 @@ fn generate_json(args: &[&str], stdin: Option<&str>) -> Value {
         "text",
         "token_ids",
         "finish_reason",
+        "decode",
         "prompt_tokens",
         "prompt_tps",
         "generation_tokens",

@@ -549,6 +549,8 @@ fn compiled_decoding_continues_a_conversation_as_eager_decoding_does() {
     };
     let eager = turns(&options(30));
     assert_eq!(turns(&compiled(30)), eager);
+    let (g, _) = run_keeping_caches(&engine, &prompt(20), &compiled(5));
+    assert_eq!(g.decode, DecodeMode::Compiled);
     // An 8-bit cache cannot take fixed-shape steps: compiled falls back to
     // eager decoding, token for token.
     let q8 = gemma::cache::KvFormat::Quantized {
@@ -567,6 +569,9 @@ fn compiled_decoding_continues_a_conversation_as_eager_decoding_does() {
         turns(&quantized(DecodeMode::Compiled)),
         turns(&quantized(DecodeMode::Eager))
     );
+    // The generation says it decoded eagerly.
+    let (g, _) = run_keeping_caches(&engine, &prompt(20), &quantized(DecodeMode::Compiled));
+    assert_eq!(g.decode, DecodeMode::Eager);
 }
 
 #[test]

@@ -99,6 +99,7 @@ fn generation_json(g: &Generation) -> serde_json::Value {
         "text": g.text,
         "token_ids": g.token_ids,
         "finish_reason": g.finish_reason,
+        "decode": g.decode,
         "prompt_tokens": g.metrics.prompt_tokens,
         "prompt_tps": g.metrics.prompt_tps,
         "generation_tokens": g.metrics.generation_tokens,
