@@ -92,6 +92,24 @@ fn run(engine: &Engine, ids: &[u32], options: &GenerateOptions) -> Generation {
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// Greedy generation after `ids` on `caches`, which take the tokens.
+fn run_on(
+    engine: &Engine,
+    ids: &[u32],
+    caches: &mut [LayerCache],
+    options: &GenerateOptions,
+) -> Generation {
+    generate(
+        &engine.loaded.model,
+        None,
+        ids,
+        caches,
+        options,
+        &mut |_| {},
+    )
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
 /// [`run`] on fresh caches that the caller gets back.
 fn run_keeping_caches(
     engine: &Engine,
@@ -99,15 +117,7 @@ fn run_keeping_caches(
     options: &GenerateOptions,
 ) -> (Generation, Vec<LayerCache>) {
     let mut caches = engine.new_caches(options).expect("caches");
-    let g = generate(
-        &engine.loaded.model,
-        None,
-        ids,
-        &mut caches,
-        options,
-        &mut |_| {},
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
+    let g = run_on(engine, ids, &mut caches, options);
     (g, caches)
 }
 
@@ -533,18 +543,7 @@ fn compiled_decoding_continues_a_conversation_as_eager_decoding_does() {
         let mut caches = engine.new_caches(options).expect("caches");
         [prompt(20), prompt(7)]
             .iter()
-            .map(|ids| {
-                generate(
-                    &engine.loaded.model,
-                    None,
-                    ids,
-                    &mut caches,
-                    options,
-                    &mut |_| {},
-                )
-                .expect("generates")
-                .token_ids
-            })
+            .map(|ids| run_on(&engine, ids, &mut caches, options).token_ids)
             .collect()
     };
     let eager = turns(&options(30));
