@@ -40,7 +40,7 @@ pub fn prompt_logits(
     let shape = hidden.shape();
     let (l, h) = (shape[1], shape[2]);
     let last = hidden.slice(&[0, l - 1, 0], &[1, l, h], &[1, 1, 1])?;
-    let logits = model.embed.forward_with(&last, model.uses_gpu_kernels()?)?;
+    let logits = model.logits(&last)?;
     eval_with_caches(&logits, caches)?;
     Ok(logits)
 }

@@ -359,15 +359,20 @@ fn generation_stops_when_the_context_is_full() {
     let engine = engine(config);
     // Every token fed to the model sits at a position below 32: after a
     // 30-token prompt, tokens 0 and 1 are fed at positions 30 and 31, and
-    // token 2 is predicted from all 32 but not fed.
-    for (prompt_len, generated) in [(30, 3), (31, 2), (32, 1)] {
-        let (g, caches) = run_keeping_caches(&engine, &prompt(prompt_len), &options(100));
-        assert_eq!(
-            (g.token_ids.len(), g.finish_reason),
-            (generated, FinishReason::Length),
-            "prompt of {prompt_len}"
-        );
-        assert_eq!(caches[1].offset(), 32, "prompt of {prompt_len}");
+    // token 2 is predicted from all 32 but not fed. The same when decoding
+    // through the compiled step, whose caches are reserved up to the context.
+    for decoding in [options(100), compiled(100)] {
+        for (prompt_len, generated) in [(30, 3), (31, 2), (32, 1)] {
+            let (g, caches) = run_keeping_caches(&engine, &prompt(prompt_len), &decoding);
+            let case = format!("prompt of {prompt_len}, {:?}", decoding.decode);
+            assert_eq!(
+                (g.token_ids.len(), g.finish_reason),
+                (generated, FinishReason::Length),
+                "{case}"
+            );
+            assert_eq!(g.decode, decoding.decode, "{case}");
+            assert_eq!(caches[1].offset(), 32, "{case}");
+        }
     }
 }
 
@@ -571,30 +576,6 @@ fn compiled_decoding_continues_a_conversation_as_eager_decoding_does() {
     // The generation says it decoded eagerly.
     let (g, _) = run_keeping_caches(&engine, &prompt(20), &quantized(DecodeMode::Compiled));
     assert_eq!(g.decode, DecodeMode::Eager);
-}
-
-#[test]
-fn compiled_decoding_stops_when_the_context_is_full() {
-    let _mlx = serial();
-    let mut config = tiny_config(2);
-    config.max_position_embeddings = 32;
-    let engine = engine(config);
-    let options = compiled(100);
-    let mut caches = engine.new_caches(&options).expect("caches");
-    let g = generate(
-        &engine.loaded.model,
-        None,
-        &prompt(30),
-        &mut caches,
-        &options,
-        &mut |_| {},
-    )
-    .expect("generates");
-    assert_eq!(
-        (g.token_ids.len(), g.finish_reason),
-        (3, FinishReason::Length)
-    );
-    assert_eq!(caches[1].offset(), 32);
 }
 
 #[test]

@@ -102,13 +102,23 @@ impl Gemma3 {
     /// `caches` hold; the caches take the new tokens.
     pub fn forward(&self, tokens: &Array, caches: &mut [LayerCache]) -> Result<Array, ModelError> {
         let h = self.hidden(tokens, caches)?;
-        Ok(self.embed.forward_with(&h, self.uses_gpu_kernels()?)?)
+        self.logits(&h)
     }
 
     /// Whether this forward pass runs our fused GPU kernels: asked for and
     /// computing on the GPU.
     pub fn uses_gpu_kernels(&self) -> mlx_core::Result<bool> {
-        Ok(self.gpu_kernels && default_device()? == Device::Gpu)
+        Ok(self.placement()?.kernels)
+    }
+
+    /// Where a forward pass computes now: on the default device, with our
+    /// kernels if asked for and on the GPU.
+    fn placement(&self) -> mlx_core::Result<Placement> {
+        let gpu = default_device()? == Device::Gpu;
+        Ok(Placement {
+            gpu,
+            kernels: gpu && self.gpu_kernels,
+        })
     }
 
     /// The final normalized hidden states `[B, L, hidden]`.
@@ -117,8 +127,9 @@ impl Gemma3 {
         self.hidden_with(tokens, &mut targets)
     }
 
-    /// Logits of final normalized hidden states (the tied embedding).
-    pub(crate) fn logits(&self, hidden: &Array) -> Result<Array, ModelError> {
+    /// Logits of final normalized hidden states `[B, L, hidden]` (the tied
+    /// embedding).
+    pub fn logits(&self, hidden: &Array) -> Result<Array, ModelError> {
         Ok(self.embed.forward_with(hidden, self.uses_gpu_kernels()?)?)
     }
 
@@ -152,11 +163,7 @@ impl Gemma3 {
         let Some(first) = self.layers.first() else {
             return Ok(rms_norm(&h, Some(&self.norm), self.config.rms_norm_eps)?);
         };
-        let gpu = default_device()? == Device::Gpu;
-        let place = Placement {
-            gpu,
-            kernels: gpu && self.gpu_kernels,
-        };
+        let place = self.placement()?;
         let mut normed = rms_norm(&h, Some(&first.input_norm), self.config.rms_norm_eps)?;
         for (i, (layer, target)) in self.layers.iter().zip(targets.iter_mut()).enumerate() {
             let next_norm = self.layers.get(i + 1).map_or(&self.norm, |l| &l.input_norm);
