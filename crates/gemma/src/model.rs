@@ -105,12 +105,6 @@ impl Gemma3 {
         self.logits(&h)
     }
 
-    /// Whether this forward pass runs our fused GPU kernels: asked for and
-    /// computing on the GPU.
-    pub fn uses_gpu_kernels(&self) -> mlx_core::Result<bool> {
-        Ok(self.placement()?.kernels)
-    }
-
     /// Where a forward pass computes now: on the default device, with our
     /// kernels if asked for and on the GPU.
     fn placement(&self) -> mlx_core::Result<Placement> {
@@ -130,7 +124,7 @@ impl Gemma3 {
     /// Logits of final normalized hidden states `[B, L, hidden]` (the tied
     /// embedding).
     pub fn logits(&self, hidden: &Array) -> Result<Array, ModelError> {
-        Ok(self.embed.forward_with(hidden, self.uses_gpu_kernels()?)?)
+        Ok(self.embed.forward_with(hidden, self.placement()?.kernels)?)
     }
 
     /// [`Gemma3::hidden`] with each layer's keys and values going to `targets`.
