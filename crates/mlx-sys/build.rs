@@ -55,6 +55,7 @@ fn main() {
     println!("cargo:rustc-link-search=native={}", lib.display());
     println!("cargo:rustc-link-lib=dylib=mlx");
     println!("cargo:rustc-link-lib=dylib=stdc++");
+    println!("cargo:rustc-link-lib=dylib=dl");
     println!(
         "cargo:rustc-link-arg=-Wl,--enable-new-dtags,-rpath,{}",
         lib.display()

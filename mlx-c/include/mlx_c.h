@@ -163,6 +163,9 @@ int mlx_device_get_type(mlx_device_type* out, mlx_device dev);
 int mlx_device_get_index(int* out, mlx_device dev);
 /** Whether the backend MLX was built with can run on this device. */
 int mlx_device_is_available(bool* out, mlx_device dev);
+/** The number of streaming multiprocessors of CUDA GPU `index`, asked of the
+ * CUDA driver that MLX's CUDA backend loaded (an error without one). */
+int mlx_cuda_multiprocessor_count(int* out, int index);
 int mlx_get_default_device(mlx_device* out);
 int mlx_set_default_device(mlx_device dev);
 

@@ -1,4 +1,6 @@
 // Errors, version, devices, streams, memory, arrays, vectors and closures.
+#include <dlfcn.h>
+
 #include <atomic>
 #include <cstring>
 #include <mutex>
@@ -141,6 +143,35 @@ int mlx_device_get_index(int* out, mlx_device dev) {
 int mlx_device_is_available(bool* out, mlx_device dev) {
   return guard(
       [&] { *need(out, "out") = mx::is_available(need(dev, "dev")->d); });
+}
+
+int mlx_cuda_multiprocessor_count(int* out, int index) {
+  return guard([&] {
+    // The driver is already loaded where MLX computes on CUDA; nothing is
+    // loaded (or linked) otherwise.
+    void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    if (driver == nullptr) {
+      throw std::runtime_error("no CUDA driver is loaded (MLX is not computing on CUDA)");
+    }
+    using GetDevice = int (*)(int*, int);
+    using GetAttribute = int (*)(int*, int, int);
+    auto get_device = reinterpret_cast<GetDevice>(dlsym(driver, "cuDeviceGet"));
+    auto get_attribute =
+        reinterpret_cast<GetAttribute>(dlsym(driver, "cuDeviceGetAttribute"));
+    // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT in the driver API.
+    constexpr int multiprocessor_count = 16;
+    int device = 0;
+    int count = 0;
+    if (get_device == nullptr || get_attribute == nullptr ||
+        get_device(&device, index) != 0 ||
+        get_attribute(&count, multiprocessor_count, device) != 0) {
+      dlclose(driver);
+      throw std::runtime_error("the CUDA driver did not give the multiprocessor count of GPU " +
+                               std::to_string(index));
+    }
+    dlclose(driver);
+    *need(out, "out") = count;
+  });
 }
 
 int mlx_get_default_device(mlx_device* out) {

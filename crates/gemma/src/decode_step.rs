@@ -14,6 +14,7 @@
 use mlx_core::{arange, where_, Array, Dtype, Function};
 
 use crate::cache::{Attend, FixedSlot, KeyMask, KvStore, LayerCache, VectorSpec};
+use crate::kernels::LayerKv;
 use crate::model::{Gemma3, KvTarget, ModelError};
 
 /// Inputs before the per-layer buffers: the token, then the global layers'
@@ -43,6 +44,18 @@ pub(crate) struct FixedTarget<'a> {
 }
 
 impl FixedTarget<'_> {
+    /// The buffers and positions as the fused decode-layer kernel takes
+    /// them (it writes the buffers in place, so they stay this target's).
+    pub(crate) fn layer_kv(&self) -> LayerKv<'_> {
+        LayerKv {
+            keys: &self.keys,
+            values: &self.values,
+            position: self.position,
+            write_at: self.write_at,
+            valid: self.valid,
+        }
+    }
+
     /// Writes one token's keys and values `[1, Hkv, 1, D]` into the buffers
     /// (cast to their dtype); returns the whole buffers under the mask.
     pub(crate) fn update(&mut self, keys: &Array, values: &Array) -> mlx_core::Result<Attend> {

@@ -17,7 +17,10 @@ use crate::cache::{
 };
 use crate::config::Gemma3Config;
 use crate::decode_step::FixedTarget;
-use crate::kernels::{decode_attention, qk_norm_rope, residual_norms, Rotary};
+use crate::kernels::{
+    decode_attention, decode_layer, grid_barrier, qk_norm_rope, resident_blocks, residual_norms,
+    LayerGeometry, LayerWeights, Rotary,
+};
 use crate::linear::Linear;
 
 /// Errors of the forward pass.
@@ -158,12 +161,87 @@ impl Gemma3 {
             return Ok(rms_norm(&h, Some(&self.norm), self.config.rms_norm_eps)?);
         };
         let place = self.placement()?;
+        if place.kernels {
+            if let Some(normed) = self.fused_blocks(&h, targets)? {
+                return Ok(normed);
+            }
+        }
         let mut normed = rms_norm(&h, Some(&first.input_norm), self.config.rms_norm_eps)?;
         for (i, (layer, target)) in self.layers.iter().zip(targets.iter_mut()).enumerate() {
             let next_norm = self.layers.get(i + 1).map_or(&self.norm, |l| &l.input_norm);
             (h, normed) = self.block(i, layer, (&h, &normed), next_norm, target, place)?;
         }
         Ok(normed)
+    }
+
+    /// The final normalized hidden state of one token `h` (embedded) through
+    /// every block as one GPU kernel each ([`decode_layer`]), the blocks
+    /// writing into fixed-shape targets; `None` where some block does not
+    /// suit the kernel (nothing has run then: the graph is lazy).
+    fn fused_blocks(
+        &self,
+        h: &Array,
+        targets: &[KvTarget<'_>],
+    ) -> Result<Option<Array>, ModelError> {
+        let c = &self.config;
+        let barrier = grid_barrier()?;
+        let blocks = resident_blocks()?;
+        let mut x = h.clone();
+        for (i, (layer, target)) in self.layers.iter().zip(targets).enumerate() {
+            let (
+                KvTarget::Fixed(fixed),
+                Linear::Dense(qkv),
+                Linear::Dense(o),
+                Linear::Dense(gate_up),
+                Linear::Dense(down),
+            ) = (
+                target,
+                &layer.qkv_proj,
+                &layer.o_proj,
+                &layer.gate_up_proj,
+                &layer.down_proj,
+            )
+            else {
+                return Ok(None);
+            };
+            let weights = LayerWeights {
+                input_norm: &layer.input_norm,
+                qkv,
+                q_norm: &layer.q_norm,
+                k_norm: &layer.k_norm,
+                o,
+                post_attention_norm: &layer.post_attention_norm,
+                pre_feedforward_norm: &layer.pre_feedforward_norm,
+                gate_up,
+                down,
+                post_feedforward_norm: &layer.post_feedforward_norm,
+            };
+            let (rope_base, rope_scale) = self.rope_of(i);
+            let geometry = LayerGeometry {
+                heads: c.num_attention_heads as i32,
+                kv_heads: c.num_key_value_heads as i32,
+                head_dim: c.head_dim as i32,
+                eps: c.rms_norm_eps,
+                scale: c.attention_scale(),
+                rope_base,
+                rope_scale,
+            };
+            match decode_layer(&x, &weights, &fixed.layer_kv(), geometry, &barrier, blocks)? {
+                Some(out) => x = out,
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(rms_norm(&x, Some(&self.norm), c.rms_norm_eps)?))
+    }
+
+    /// RoPE's frequency base and position multiplier of layer `index`.
+    fn rope_of(&self, index: usize) -> (f32, f32) {
+        let c = &self.config;
+        if c.is_sliding(index) {
+            (c.rope_local_base_freq, 1.0)
+        } else {
+            (c.rope_theta, 1.0 / c.rope_scaling.unwrap_or(1.0))
+        }
     }
 
     /// One block on `x` and its input norm `x_normed`: returns the block's
@@ -240,11 +318,7 @@ impl Gemma3 {
                 "q/k/v projection gave the wrong parts".into(),
             ));
         };
-        let (base, scale) = if c.is_sliding(index) {
-            (c.rope_local_base_freq, 1.0)
-        } else {
-            (c.rope_theta, 1.0 / c.rope_scaling.unwrap_or(1.0))
-        };
+        let (base, scale) = self.rope_of(index);
         let rotary = Rotary {
             offset: target.rope_offset(),
             base,

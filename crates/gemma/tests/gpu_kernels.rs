@@ -1,9 +1,16 @@
 //! The fused GPU kernels against MLX's own operations. They need a CUDA build
 //! of MLX (the GPU machine); elsewhere each test says so and returns.
 
+mod common;
+
+use common::fixed_steps::{eager, max_diff, mixed, tiny_model};
 use gemma::config::Gemma3Config;
 use gemma::decode_step::DecodeStep;
-use gemma::kernels::{decode_attention, linear_row, qk_norm_rope, residual_norms, Rotary};
+use gemma::kernels::{
+    decode_attention, decode_layer, grid_barrier, linear_row, qk_norm_rope, resident_blocks,
+    residual_norms, LayerGeometry, LayerKv, LayerWeights, Rotary,
+};
+use gemma::linear::Linear;
 use gemma::load::{load, LoadOptions, ModelSource};
 use gemma::model::Gemma3;
 use mlx_core::device::{is_available, set_default_device};
@@ -281,4 +288,90 @@ fn the_compiled_decode_step_gives_the_same_logits_on_the_gpu() {
         eprintln!("compiled step, kernels {kernels}: largest logit gap {gap:.2e}");
         assert!(gap < 2e-2, "kernels {kernels}: {gap}");
     }
+}
+
+/// Whether [`decode_layer`] takes the first block of `model` (so that the
+/// fixed-shape step runs every block through it rather than falling back).
+fn layer_kernel_takes(model: &Gemma3) -> bool {
+    let c = &model.config;
+    let l = &model.layers[0];
+    let (Linear::Dense(qkv), Linear::Dense(o), Linear::Dense(gate_up), Linear::Dense(down)) =
+        (&l.qkv_proj, &l.o_proj, &l.gate_up_proj, &l.down_proj)
+    else {
+        return false;
+    };
+    let (hkv, d) = (c.num_key_value_heads as i32, c.head_dim as i32);
+    let buffer = || mlx_core::zeros(&[1, hkv, 256, d], model.dtype).unwrap();
+    let (keys, values) = (buffer(), buffer());
+    let position = Array::from_slice(&[3], &[1]).unwrap();
+    let valid = Array::from_slice(&[4], &[1]).unwrap();
+    let x = normal(
+        &[1, 1, c.hidden_size as i32],
+        1.0,
+        &random::key(1).unwrap(),
+        model.dtype,
+    );
+    let weights = LayerWeights {
+        input_norm: &l.input_norm,
+        qkv,
+        q_norm: &l.q_norm,
+        k_norm: &l.k_norm,
+        o,
+        post_attention_norm: &l.post_attention_norm,
+        pre_feedforward_norm: &l.pre_feedforward_norm,
+        gate_up,
+        down,
+        post_feedforward_norm: &l.post_feedforward_norm,
+    };
+    let kv = LayerKv {
+        keys: &keys,
+        values: &values,
+        position: &position,
+        write_at: &position,
+        valid: &valid,
+    };
+    let geometry = LayerGeometry {
+        heads: c.num_attention_heads as i32,
+        kv_heads: hkv,
+        head_dim: d,
+        eps: c.rms_norm_eps,
+        scale: c.attention_scale(),
+        rope_base: c.rope_theta,
+        rope_scale: 1.0,
+    };
+    let barrier = grid_barrier().unwrap();
+    let blocks = resident_blocks().unwrap();
+    let out = decode_layer(&x, &weights, &kv, geometry, &barrier, blocks).unwrap();
+    out.map(|o| floats(&o).iter().all(|v| v.is_finite()))
+        .unwrap_or(false)
+}
+
+#[test]
+fn fused_layer_kernels_give_the_logits_of_the_eager_pass() {
+    if !on_gpu() {
+        return;
+    }
+    eprintln!("{} resident blocks", resident_blocks().unwrap());
+    // The tiny float32 model: 4 query and 2 key/value heads of 64, so each
+    // head's keys are split over many blocks, most of them empty at first.
+    // Logits span about ±20. MLX's own fixed-shape step (no kernels of
+    // ours) is printed beside as the spread of GPU summation orders.
+    for window in [8, 300] {
+        let mut model = tiny_model(window);
+        let reference = eager(&model);
+        let (plain, _) = mixed(&model, true);
+        model.gpu_kernels = true;
+        assert!(layer_kernel_takes(&model));
+        for compiled in [false, true] {
+            let (logits, _) = mixed(&model, compiled);
+            let d = max_diff(&reference, &logits);
+            let spread = max_diff(&reference, &plain);
+            eprintln!(
+                "window {window}, compiled {compiled}: max |Δ logit| {d:e} (MLX's step: {spread:e})"
+            );
+            assert!(d < 5e-3, "window {window}, compiled {compiled}: {d}");
+        }
+    }
+    let model = two_layers_of_1b();
+    assert!(layer_kernel_takes(&model));
 }

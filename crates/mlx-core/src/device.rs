@@ -66,6 +66,15 @@ pub fn is_available(device: Device) -> Result<bool> {
     Ok(out)
 }
 
+/// The number of streaming multiprocessors of the first CUDA GPU, from the
+/// CUDA driver MLX loaded; an error where MLX does not compute on CUDA.
+pub fn cuda_multiprocessor_count() -> Result<i32> {
+    let mut out = 0;
+    // SAFETY: one int out.
+    check(unsafe { sys::mlx_cuda_multiprocessor_count(&mut out, 0) })?;
+    Ok(out)
+}
+
 /// Makes `device` the default for every following operation.
 pub fn set_default_device(device: Device) -> Result<()> {
     if !is_available(device)? {

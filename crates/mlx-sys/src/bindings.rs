@@ -161,6 +161,13 @@ unsafe extern "C" {
     pub fn mlx_device_is_available(out: *mut bool, dev: mlx_device) -> ::std::os::raw::c_int;
 }
 unsafe extern "C" {
+    #[doc = " The number of streaming multiprocessors of CUDA GPU `index`, asked of the\n CUDA driver that MLX's CUDA backend loaded (an error without one)."]
+    pub fn mlx_cuda_multiprocessor_count(
+        out: *mut ::std::os::raw::c_int,
+        index: ::std::os::raw::c_int,
+    ) -> ::std::os::raw::c_int;
+}
+unsafe extern "C" {
     pub fn mlx_get_default_device(out: *mut mlx_device) -> ::std::os::raw::c_int;
 }
 unsafe extern "C" {

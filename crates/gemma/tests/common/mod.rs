@@ -5,7 +5,8 @@
 //!   what it wrote;
 //! - [`ours`] runs crate `gemma`'s forward pass on the same schedules;
 //! - [`diff`] compares logits and says where they differ most;
-//! - [`models`] builds the tiny random model and loads the default model.
+//! - [`models`] builds the tiny random model and loads the default model;
+//! - [`fixed_steps`] feeds a tiny model through fixed-shape decode steps.
 //!
 //! Environment:
 //! - `GEMMA_MLX_PYTHON`: the Python interpreter with mlx-lm 0.32.2 and mlx
@@ -20,6 +21,7 @@
 #![allow(dead_code)] // each test binary uses a different part of this module
 
 pub mod diff;
+pub mod fixed_steps;
 pub mod mlx_lm;
 pub mod models;
 pub mod ours;

@@ -7,6 +7,12 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
+mod decode_layer;
+
+pub use decode_layer::{
+    decode_layer, grid_barrier, resident_blocks, LayerGeometry, LayerKv, LayerWeights,
+};
+
 use mlx_core::fast::{rms_norm, rope, RopeOffset};
 use mlx_core::kernel::{CudaKernel, Launch, OutputSpec, TemplateArg};
 use mlx_core::Array;
@@ -236,6 +242,18 @@ fn kernel_with_constants(
     body: &str,
     constants: &[(&str, f32)],
 ) -> mlx_core::Result<Arc<CudaKernel>> {
+    kernel_with_header(name, (inputs, outputs), body, HEADER, constants)
+}
+
+/// [`kernel_with_constants`] with `header` (device functions) before the
+/// kernel in place of [`HEADER`].
+fn kernel_with_header(
+    name: &str,
+    (inputs, outputs): (&[&str], &[&str]),
+    body: &str,
+    header: &str,
+    constants: &[(&str, f32)],
+) -> mlx_core::Result<Arc<CudaKernel>> {
     static KERNELS: OnceLock<Mutex<HashMap<String, Arc<CudaKernel>>>> = OnceLock::new();
     let mut full_name = name.to_string();
     for (_, value) in constants {
@@ -254,7 +272,7 @@ fn kernel_with_constants(
     }
     source.push_str(body);
     let kernel = Arc::new(CudaKernel::new(
-        &full_name, inputs, outputs, &source, HEADER,
+        &full_name, inputs, outputs, &source, header,
     )?);
     kernels.insert(full_name, kernel.clone());
     Ok(kernel)

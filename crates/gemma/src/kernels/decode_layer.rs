@@ -1,0 +1,589 @@
+//! A whole decoder block for one token as a single GPU kernel.
+//!
+//! Every MLX operation costs the CUDA backend 3–15 µs of host time on the
+//! H200, so a decode step made of a dozen operations per layer is bound by
+//! their count, not by the GPU. This kernel runs one block per
+//! multiprocessor, all resident at once, through the block's seven phases
+//! (norm and Q/K/V projection; q/k norms, RoPE and the cache write;
+//! attention split over the blocks; the merge of the splits; the output
+//! projection; the residual norms and the gated MLP's gate/up projection;
+//! the down projection), with a barrier across the grid between phases, and
+//! ends with the residual sum. It rounds where MLX's separate operations
+//! round (to `T` after each projection, norm and elementwise operation).
+
+use std::sync::OnceLock;
+
+use mlx_core::device::cuda_multiprocessor_count;
+use mlx_core::kernel::{Launch, OutputSpec, TemplateArg};
+use mlx_core::{Array, Dtype};
+
+use super::{kernel_with_header, one, HEADER};
+
+/// Warps per block.
+const WARPS: i32 = 16;
+
+/// The largest static shared memory of a kernel, in bytes.
+const SHARED_LIMIT: i32 = 48 * 1024;
+
+/// Device functions of the layer kernel, after [`HEADER`].
+const LAYER_HEADER: &str = r#"
+// A barrier across the grid, reusable without a reset: each barrier adds
+// 2^31 to `*word` in all (the first block 2^31 − (blocks − 1), every other
+// block 1), so its top bit flips once every block has arrived. Every block of
+// the grid must be resident.
+__device__ __forceinline__ void gemma_grid_sync(unsigned int* word, int blocks) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const unsigned int add = blockIdx.x == 0 ? 0x80000000u - (blocks - 1) : 1u;
+    __threadfence();
+    const unsigned int old = atomicAdd(word, add);
+    while (((old ^ *reinterpret_cast<volatile unsigned int*>(word)) & 0x80000000u) == 0) {
+      __nanosleep(20);
+    }
+    __threadfence();
+  }
+  __syncthreads();
+}
+
+template <int N> struct gemma_bits;
+template <> struct gemma_bits<2> { using type = unsigned short; };
+template <> struct gemma_bits<4> { using type = unsigned int; };
+
+// A load that bypasses L1, for data other blocks wrote in this kernel.
+template <typename U>
+__device__ __forceinline__ U gemma_load(const U* p) {
+  using Bits = typename gemma_bits<sizeof(U)>::type;
+  const Bits b = __ldcg(reinterpret_cast<const Bits*>(p));
+  U u;
+  memcpy(&u, &b, sizeof(U));
+  return u;
+}
+
+// One warp's dot product of a weight row `w` and `x` (shared memory), both
+// `K` values of `U` in 16-byte loads, summed in float; every lane gets it.
+template <typename U>
+__device__ __forceinline__ float gemma_dot(const U* w, const U* x, int K, int lane) {
+  constexpr int V = 16 / sizeof(U);
+  const uint4* w4 = reinterpret_cast<const uint4*>(w);
+  const uint4* x4 = reinterpret_cast<const uint4*>(x);
+  float acc = 0.0f;
+  #pragma unroll 4
+  for (int i = lane; i < K / V; i += 32) {
+    const uint4 wv = __ldg(w4 + i);
+    const uint4 xv = x4[i];
+    const U* wp = reinterpret_cast<const U*>(&wv);
+    const U* xp = reinterpret_cast<const U*>(&xv);
+    #pragma unroll
+    for (int j = 0; j < V; ++j) acc += static_cast<float>(wp[j]) * static_cast<float>(xp[j]);
+  }
+  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  return acc;
+}
+
+// mlx's gelu_approx(g) · u, rounding to `U` after every operation as MLX's
+// fused elementwise kernel does.
+template <typename U>
+__device__ __forceinline__ U gemma_gated_gelu(U g, U u) {
+  const float x = static_cast<float>(g);
+  const U cube = static_cast<U>(powf(x, 3.0f));
+  const U scaled = static_cast<U>(static_cast<float>(cube) * static_cast<float>(static_cast<U>(0.044715f)));
+  const U sum = static_cast<U>(x + static_cast<float>(scaled));
+  const U inner = static_cast<U>(static_cast<float>(sum) * static_cast<float>(static_cast<U>(0.7978845608028654f)));
+  const U t = static_cast<U>(tanhf(static_cast<float>(inner)));
+  const U one_plus = static_cast<U>(static_cast<float>(t) + 1.0f);
+  const U half = static_cast<U>(x * 0.5f);
+  const U gelu = static_cast<U>(static_cast<float>(half) * static_cast<float>(one_plus));
+  return static_cast<U>(static_cast<float>(gelu) * static_cast<float>(u));
+}
+"#;
+
+/// The kernel body; see the module documentation. `scratch` holds, in
+/// order: q/k/v `[(HQ + 2·HKV)·D]`, rotated queries `[HQ·D]`, the attention
+/// output `[HQ·D]`, the output projection `[H]`, the residual after
+/// attention `[H]`, the gated activations `[I]` and the down projection
+/// `[H]`. `partials` holds each attention split's running max, sum and
+/// unnormalised output.
+const DECODE_LAYER: &str = r#"
+  constexpr int THREADS = WARPS * 32;
+  constexpr int HALF = D / 2;
+  constexpr int PAIRS = HALF / 32;
+  constexpr int E = D / 32;
+  __shared__ __align__(16) unsigned char smem[SMEM];
+  __shared__ float red[32];
+  __shared__ float part_m[WARPS];
+  __shared__ float part_l[WARPS];
+  T* xs = reinterpret_cast<T*>(smem);
+  const int G = gridDim.x;
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+  const int gwarp = blockIdx.x * WARPS + warp;
+  const int nwarps = G * WARPS;
+  const int H = w_in_shape[0];
+  const int I = w_down_shape[1];
+  const int NQKV = (HQ + 2 * HKV) * D;
+  const int capacity = k_cache_shape[2];
+  const int n_valid = valid[0] < capacity ? valid[0] : capacity;
+  // Splits of the keys per query head: one per 64 keys, at most one block
+  // each.
+  const int max_splits = G / HQ > 0 ? G / HQ : 1;
+  const int wanted = (n_valid + 63) / 64 > 0 ? (n_valid + 63) / 64 : 1;
+  const int S = wanted < max_splits ? wanted : max_splits;
+  unsigned int* bar = reinterpret_cast<unsigned int*>(const_cast<int*>(barrier));
+  T* kc = const_cast<T*>(k_cache);
+  T* vc = const_cast<T*>(v_cache);
+  T* qkv = scratch;
+  T* qr = qkv + NQKV;
+  T* attn = qr + HQ * D;
+  T* o = attn + HQ * D;
+  T* hmid = o + H;
+  T* act = hmid + H;
+  T* dn = act + I;
+
+  // 1. Input norm (every block, into shared memory), Q/K/V projection.
+  {
+    float ss = 0.0f;
+    for (int i = tid; i < H; i += THREADS) {
+      const float t = static_cast<float>(x[i]);
+      ss += t * t;
+    }
+    const float inv = rsqrtf(gemma_block_sum(ss, red) / H + EPS);
+    for (int i = tid; i < H; i += THREADS) {
+      xs[i] = w_in[i] * static_cast<T>(static_cast<float>(x[i]) * inv);
+    }
+    __syncthreads();
+    for (int n = gwarp; n < NQKV; n += nwarps) {
+      const float acc = gemma_dot(w_qkv + static_cast<size_t>(n) * H, xs, H, lane);
+      if (lane == 0) qkv[n] = static_cast<T>(acc);
+    }
+  }
+  gemma_grid_sync(bar, G);
+
+  // 2. Per head, one warp: RMSNorm and RoPE of queries (to `qr`) and keys
+  // (into the cache), values copied into the cache.
+  {
+    const int at = write_at[0];
+    const float pos = static_cast<float>(position[0]);
+    for (int item = gwarp; item < HQ + 2 * HKV; item += nwarps) {
+      if (item < HQ + HKV) {
+        const bool is_q = item < HQ;
+        const int head = is_q ? item : item - HQ;
+        const T* src = qkv + (is_q ? 0 : HQ * D) + head * D;
+        const T* w = is_q ? q_norm : k_norm;
+        T* dst = is_q ? qr + head * D : kc + (static_cast<size_t>(head) * capacity + at) * D;
+        float a[PAIRS];
+        float c[PAIRS];
+        float ss = 0.0f;
+        #pragma unroll
+        for (int e = 0; e < PAIRS; ++e) {
+          a[e] = static_cast<float>(gemma_load(src + lane + 32 * e));
+          c[e] = static_cast<float>(gemma_load(src + lane + 32 * e + HALF));
+          ss += a[e] * a[e] + c[e] * c[e];
+        }
+        for (int o2 = 16; o2 > 0; o2 >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o2);
+        const float inv = rsqrtf(ss / D + EPS);
+        #pragma unroll
+        for (int e = 0; e < PAIRS; ++e) {
+          const int i = lane + 32 * e;
+          const float x1 = static_cast<float>(w[i] * static_cast<T>(a[e] * inv));
+          const float x2 = static_cast<float>(w[i + HALF] * static_cast<T>(c[e] * inv));
+          const float d = static_cast<float>(i) / static_cast<float>(HALF);
+          const float theta = ROPE_SCALE * pos * exp2f(-d * LOG2_BASE);
+          const float cs = cos(theta);
+          const float sn = sin(theta);
+          dst[i] = static_cast<T>(x1 * cs - x2 * sn);
+          dst[i + HALF] = static_cast<T>(x1 * sn + x2 * cs);
+        }
+      } else {
+        const int head = item - HQ - HKV;
+        const T* src = qkv + (HQ + HKV) * D + head * D;
+        T* dst = vc + (static_cast<size_t>(head) * capacity + at) * D;
+        for (int i = lane; i < D; i += 32) dst[i] = gemma_load(src + i);
+      }
+    }
+  }
+  gemma_grid_sync(bar, G);
+
+  // 3. Attention: each block one split of one query head's valid keys; its
+  // warps share the split by an online softmax, merged in the block.
+  {
+    const int n = n_valid;
+    float* part_o = reinterpret_cast<float*>(smem);
+    for (int item = blockIdx.x; item < HQ * S; item += G) {
+      const int h = item / S;
+      const int s = item % S;
+      const int kvh = h / (HQ / HKV);
+      const int chunk = (n + S - 1) / S;
+      const int begin = s * chunk;
+      const int end = begin + chunk < n ? begin + chunk : n;
+      const size_t head = static_cast<size_t>(kvh) * capacity * D + lane * E;
+      float qv[E];
+      float acc[E];
+      #pragma unroll
+      for (int e = 0; e < E; ++e) {
+        qv[e] = static_cast<float>(gemma_load(qr + h * D + lane * E + e)) * SCALE;
+        acc[e] = 0.0f;
+      }
+      float m = -INFINITY;
+      float l = 0.0f;
+      for (int j = begin + warp; j < end; j += WARPS) {
+        const T* kr = kc + head + static_cast<size_t>(j) * D;
+        float sc = 0.0f;
+        #pragma unroll
+        for (int e = 0; e < E; ++e) sc += qv[e] * static_cast<float>(gemma_load(kr + e));
+        for (int o2 = 16; o2 > 0; o2 >>= 1) sc += __shfl_xor_sync(0xffffffffu, sc, o2);
+        const float m_new = fmaxf(m, sc);
+        const float corr = expf(m - m_new);
+        const float p = expf(sc - m_new);
+        l = l * corr + p;
+        const T* vr = vc + head + static_cast<size_t>(j) * D;
+        #pragma unroll
+        for (int e = 0; e < E; ++e) acc[e] = acc[e] * corr + p * static_cast<float>(gemma_load(vr + e));
+        m = m_new;
+      }
+      if (lane == 0) {
+        part_m[warp] = m;
+        part_l[warp] = l;
+      }
+      #pragma unroll
+      for (int e = 0; e < E; ++e) part_o[warp * D + lane * E + e] = acc[e];
+      __syncthreads();
+      float top = -INFINITY;
+      for (int w = 0; w < WARPS; ++w) top = fmaxf(top, part_m[w]);
+      float* split = partials + static_cast<size_t>(item) * (D + 2);
+      for (int d = tid; d < D; d += THREADS) {
+        float sum = 0.0f;
+        float total = 0.0f;
+        for (int w = 0; w < WARPS; ++w) {
+          const float f = part_m[w] == -INFINITY ? 0.0f : expf(part_m[w] - top);
+          sum += part_l[w] * f;
+          total += part_o[w * D + d] * f;
+        }
+        split[2 + d] = total;
+        if (d == 0) {
+          split[0] = top;
+          split[1] = sum;
+        }
+      }
+      __syncthreads();
+    }
+  }
+  gemma_grid_sync(bar, G);
+
+  // 4. Merge of the splits, rounded once to T.
+  for (int idx = blockIdx.x * THREADS + tid; idx < HQ * D; idx += G * THREADS) {
+    const int h = idx / D;
+    const int d = idx % D;
+    const float* parts = partials + static_cast<size_t>(h) * S * (D + 2);
+    float top = -INFINITY;
+    #pragma unroll 8
+    for (int s = 0; s < S; ++s) top = fmaxf(top, gemma_load(parts + s * (D + 2)));
+    float sum = 0.0f;
+    float total = 0.0f;
+    #pragma unroll 8
+    for (int s = 0; s < S; ++s) {
+      const float ms = gemma_load(parts + s * (D + 2));
+      const float f = ms == -INFINITY ? 0.0f : expf(ms - top);
+      sum += f * gemma_load(parts + s * (D + 2) + 1);
+      total += f * gemma_load(parts + s * (D + 2) + 2 + d);
+    }
+    attn[idx] = static_cast<T>(total / sum);
+  }
+  gemma_grid_sync(bar, G);
+
+  // 5. Output projection.
+  {
+    for (int i = tid; i < HQ * D; i += THREADS) xs[i] = gemma_load(attn + i);
+    __syncthreads();
+    for (int n = gwarp; n < H; n += nwarps) {
+      const float acc = gemma_dot(w_o + static_cast<size_t>(n) * (HQ * D), xs, HQ * D, lane);
+      if (lane == 0) o[n] = static_cast<T>(acc);
+    }
+  }
+  gemma_grid_sync(bar, G);
+
+  // 6. h = x + norm(o) (block 0 keeps it), the pre-MLP norm of h (every
+  // block, into shared memory), gate and up rows, gated GELU.
+  {
+    float ss = 0.0f;
+    for (int i = tid; i < H; i += THREADS) {
+      const float t = static_cast<float>(gemma_load(o + i));
+      ss += t * t;
+    }
+    const float inv = rsqrtf(gemma_block_sum(ss, red) / H + EPS);
+    float sh = 0.0f;
+    for (int i = tid; i < H; i += THREADS) {
+      const T r = w_post_attn[i] * static_cast<T>(static_cast<float>(gemma_load(o + i)) * inv);
+      const T v = static_cast<T>(static_cast<float>(x[i]) + static_cast<float>(r));
+      xs[i] = v;
+      if (blockIdx.x == 0) hmid[i] = v;
+      const float t = static_cast<float>(v);
+      sh += t * t;
+    }
+    const float inv_h = rsqrtf(gemma_block_sum(sh, red) / H + EPS);
+    for (int i = tid; i < H; i += THREADS) {
+      xs[i] = w_pre_ffn[i] * static_cast<T>(static_cast<float>(xs[i]) * inv_h);
+    }
+    __syncthreads();
+    for (int j = gwarp; j < I; j += nwarps) {
+      const float g = gemma_dot(w_gate_up + static_cast<size_t>(j) * H, xs, H, lane);
+      const float u = gemma_dot(w_gate_up + static_cast<size_t>(I + j) * H, xs, H, lane);
+      if (lane == 0) act[j] = gemma_gated_gelu(static_cast<T>(g), static_cast<T>(u));
+    }
+  }
+  gemma_grid_sync(bar, G);
+
+  // 7. Down projection.
+  {
+    for (int i = tid; i < I; i += THREADS) xs[i] = gemma_load(act + i);
+    __syncthreads();
+    for (int n = gwarp; n < H; n += nwarps) {
+      const float acc = gemma_dot(w_down + static_cast<size_t>(n) * I, xs, I, lane);
+      if (lane == 0) dn[n] = static_cast<T>(acc);
+    }
+  }
+  gemma_grid_sync(bar, G);
+
+  // 8. out = h + norm(down), each block its share.
+  {
+    float ss = 0.0f;
+    for (int i = tid; i < H; i += THREADS) {
+      const float t = static_cast<float>(gemma_load(dn + i));
+      ss += t * t;
+    }
+    const float inv = rsqrtf(gemma_block_sum(ss, red) / H + EPS);
+    for (int i = blockIdx.x * THREADS + tid; i < H; i += G * THREADS) {
+      const T r = w_post_ffn[i] * static_cast<T>(static_cast<float>(gemma_load(dn + i)) * inv);
+      out[i] = static_cast<T>(static_cast<float>(gemma_load(hmid + i)) + static_cast<float>(r));
+    }
+  }
+"#;
+
+/// Blocks of a [`decode_layer`] launch: one per multiprocessor of the GPU,
+/// so that all are resident at once (the kernel's grid barriers need it).
+pub fn resident_blocks() -> mlx_core::Result<i32> {
+    static COUNT: OnceLock<i32> = OnceLock::new();
+    if let Some(&count) = COUNT.get() {
+        return Ok(count);
+    }
+    let count = cuda_multiprocessor_count()?;
+    Ok(*COUNT.get_or_init(|| count))
+}
+
+/// The word the grid barriers of [`decode_layer`] count on, for the kernels
+/// of one step: 16 bytes, because MLX's CUDA allocator keeps arrays of 8
+/// bytes or less in a read-mostly pool, where the GPU's atomic additions
+/// cost microseconds each (a barrier of 132 blocks took 0.7 ms there).
+pub fn grid_barrier() -> mlx_core::Result<Array> {
+    mlx_core::zeros(&[4], Dtype::Int32)
+}
+
+/// One block's weights, dense, all of the compute dtype.
+#[derive(Debug, Clone, Copy)]
+pub struct LayerWeights<'a> {
+    /// Input RMSNorm `[H]` (1 + w).
+    pub input_norm: &'a Array,
+    /// Fused Q/K/V projection `[(Hq + 2·Hkv)·D, H]`.
+    pub qkv: &'a Array,
+    /// Query head norm `[D]`.
+    pub q_norm: &'a Array,
+    /// Key head norm `[D]`.
+    pub k_norm: &'a Array,
+    /// Output projection `[H, Hq·D]`.
+    pub o: &'a Array,
+    /// Post-attention RMSNorm `[H]`.
+    pub post_attention_norm: &'a Array,
+    /// Pre-MLP RMSNorm `[H]`.
+    pub pre_feedforward_norm: &'a Array,
+    /// Fused gate/up projection `[2·I, H]`.
+    pub gate_up: &'a Array,
+    /// Down projection `[H, I]`.
+    pub down: &'a Array,
+    /// Post-MLP RMSNorm `[H]`.
+    pub post_feedforward_norm: &'a Array,
+}
+
+/// Where the block's key and value go and what attention reads: buffers
+/// `[1, Hkv, capacity, D]` written in place at `write_at`, attended to on
+/// their first `valid` positions; the token's RoPE position. The three
+/// positions are int32 arrays `[1]`.
+#[derive(Debug, Clone, Copy)]
+pub struct LayerKv<'a> {
+    /// Key buffer (written in place).
+    pub keys: &'a Array,
+    /// Value buffer (written in place).
+    pub values: &'a Array,
+    /// RoPE position of the token.
+    pub position: &'a Array,
+    /// Buffer slot of the token.
+    pub write_at: &'a Array,
+    /// Valid leading positions after the write.
+    pub valid: &'a Array,
+}
+
+/// The block's head layout and constants.
+#[derive(Debug, Clone, Copy)]
+pub struct LayerGeometry {
+    /// Query heads.
+    pub heads: i32,
+    /// Key/value heads.
+    pub kv_heads: i32,
+    /// Features per head.
+    pub head_dim: i32,
+    /// RMSNorm epsilon.
+    pub eps: f32,
+    /// Attention scale.
+    pub scale: f32,
+    /// RoPE frequency base.
+    pub rope_base: f32,
+    /// RoPE position multiplier.
+    pub rope_scale: f32,
+}
+
+/// One decoder block for a single token `x` `[1, 1, H]` as one kernel of
+/// `blocks` blocks (at most one per multiprocessor, so that all are resident
+/// for the grid barriers). `barrier` is from [`grid_barrier`], shared by the
+/// kernels of one step. Writes the token's key and value into the
+/// buffers of `kv` in place; returns the block's output `[1, 1, H]`, or
+/// `None` when the shapes do not suit the kernel (the caller then runs the
+/// block as separate operations).
+pub fn decode_layer(
+    x: &Array,
+    w: &LayerWeights<'_>,
+    kv: &LayerKv<'_>,
+    g: LayerGeometry,
+    barrier: &Array,
+    blocks: i32,
+) -> mlx_core::Result<Option<Array>> {
+    let dtype = x.dtype();
+    let (hq, hkv, d) = (g.heads, g.kv_heads, g.head_dim);
+    let hidden = w.input_norm.size() as i32;
+    let inter = w.down.dim(1)?;
+    let bytes = dtype.size_bytes() as i32;
+    let arrays = [
+        w.input_norm,
+        w.qkv,
+        w.q_norm,
+        w.k_norm,
+        w.o,
+        w.post_attention_norm,
+        w.pre_feedforward_norm,
+        w.gate_up,
+        w.down,
+        w.post_feedforward_norm,
+        kv.keys,
+        kv.values,
+    ];
+    let same_dtype = arrays.iter().all(|a| a.dtype() == dtype);
+    let widest = hidden.max(inter).max(hq * d) * bytes;
+    let shared = widest.max(WARPS * d * 4);
+    let fits = same_dtype
+        && matches!(dtype, Dtype::Float32 | Dtype::Float16 | Dtype::Bfloat16)
+        && x.size() as i32 == hidden
+        && d % 64 == 0
+        && hkv > 0
+        && hq % hkv == 0
+        && [hidden, inter, hq * d]
+            .iter()
+            .all(|k| (k * bytes) % 16 == 0)
+        && w.qkv.shape() == [(hq + 2 * hkv) * d, hidden]
+        && w.o.shape() == [hidden, hq * d]
+        && w.gate_up.shape() == [2 * inter, hidden]
+        && w.down.shape() == [hidden, inter]
+        && kv.keys.ndim() == 4
+        && kv.keys.dim(0)? == 1
+        && kv.keys.dim(1)? == hkv
+        && kv.keys.dim(3)? == d
+        && kv.values.shape() == kv.keys.shape()
+        && shared + 4 * (32 + 2 * WARPS) <= SHARED_LIMIT
+        && blocks > 0;
+    if !fits {
+        return Ok(None);
+    }
+    let splits = (blocks / hq).max(1);
+    let scratch = (hq + 2 * hkv) * d + 2 * hq * d + 3 * hidden + inter;
+    let kernel = kernel_with_header(
+        "gemma_decode_layer",
+        (
+            &[
+                "x",
+                "w_in",
+                "w_qkv",
+                "q_norm",
+                "k_norm",
+                "w_o",
+                "w_post_attn",
+                "w_pre_ffn",
+                "w_gate_up",
+                "w_down",
+                "w_post_ffn",
+                "position",
+                "write_at",
+                "valid",
+                "k_cache",
+                "v_cache",
+                "barrier",
+            ],
+            &["out", "scratch", "partials"],
+        ),
+        DECODE_LAYER,
+        &format!("{HEADER}{LAYER_HEADER}"),
+        &[
+            ("EPS", g.eps),
+            ("SCALE", g.scale),
+            ("LOG2_BASE", g.rope_base.log2()),
+            ("ROPE_SCALE", g.rope_scale),
+        ],
+    )?;
+    let out = kernel.apply(
+        &[
+            x,
+            w.input_norm,
+            w.qkv,
+            w.q_norm,
+            w.k_norm,
+            w.o,
+            w.post_attention_norm,
+            w.pre_feedforward_norm,
+            w.gate_up,
+            w.down,
+            w.post_feedforward_norm,
+            kv.position,
+            kv.write_at,
+            kv.valid,
+            kv.keys,
+            kv.values,
+            barrier,
+        ],
+        &[
+            OutputSpec {
+                shape: x.shape(),
+                dtype,
+            },
+            OutputSpec {
+                shape: vec![scratch],
+                dtype,
+            },
+            OutputSpec {
+                shape: vec![hq * splits * (d + 2)],
+                dtype: Dtype::Float32,
+            },
+        ],
+        Launch {
+            grid: [blocks * WARPS * 32, 1, 1],
+            block: [WARPS * 32, 1, 1],
+        },
+        &[
+            ("T", TemplateArg::Dtype(dtype)),
+            ("D", TemplateArg::Int(d)),
+            ("HQ", TemplateArg::Int(hq)),
+            ("HKV", TemplateArg::Int(hkv)),
+            ("WARPS", TemplateArg::Int(WARPS)),
+            ("SMEM", TemplateArg::Int((shared + 15) / 16 * 16)),
+        ],
+    )?;
+    // The scratch outputs are dropped: MLX frees them once the kernel ran.
+    let mut out = out;
+    out.truncate(1);
+    Ok(Some(one(out, "decode layer")?))
+}

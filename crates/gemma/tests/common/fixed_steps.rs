@@ -1,0 +1,111 @@
+//! A tiny random model fed the same 40 tokens two ways: the eager forward
+//! pass all at once, and an eager prefill, fixed-shape decode steps and an
+//! eager chunk (the decode-step tests on the CPU and the fused kernels' on
+//! the GPU).
+
+use gemma::cache::{CacheFormat, LayerCache};
+use gemma::decode_step::DecodeStep;
+use gemma::load::{load, LoadOptions, ModelSource};
+use gemma::model::Gemma3;
+use mlx_core::{concatenate, Array, Dtype};
+
+use super::models::tiny_config;
+
+/// Tokens fed in all.
+pub const TOKENS: usize = 40;
+/// Tokens of the eager prefill.
+pub const PREFILL: usize = 5;
+/// Fixed-shape steps after it (an eager chunk takes the rest).
+pub const FIXED: usize = 30;
+/// The tiny model's vocabulary.
+pub const VOCAB: i32 = 512;
+
+/// Random float32 weights (the same for every window: they depend on the
+/// shapes only).
+pub fn tiny_model(window: usize) -> Gemma3 {
+    let mut c = tiny_config(3);
+    c.sliding_window = window;
+    assert_eq!(c.vocab_size, VOCAB as usize);
+    let source = ModelSource::Random {
+        config: Box::new(c),
+        seed: 23,
+    };
+    let options = LoadOptions {
+        dtype: Dtype::Float32,
+        quantize: None,
+    };
+    load(&source, options, &mut |_, _| {})
+        .expect("random model")
+        .model
+}
+
+/// The token ids fed.
+pub fn token_ids() -> Vec<i32> {
+    (0..TOKENS as i32).map(|i| (i * 53 + 7) % VOCAB).collect()
+}
+
+/// `ids` as a `[1, L]` array.
+pub fn tokens(ids: &[i32]) -> Array {
+    Array::from_slice(ids, &[1, ids.len() as i32]).expect("tokens")
+}
+
+/// `logits` once it and the caches are evaluated.
+pub fn evaluated(logits: Array, caches: &[LayerCache]) -> Array {
+    let mut arrays = vec![&logits];
+    arrays.extend(caches.iter().flat_map(LayerCache::arrays));
+    mlx_core::eval(&arrays).expect("eval");
+    logits
+}
+
+/// The parts' logits, concatenated along the sequence.
+pub fn flat(parts: &[Array]) -> Vec<f32> {
+    let parts: Vec<&Array> = parts.iter().collect();
+    concatenate(&parts, 1)
+        .expect("concatenate")
+        .to_vec::<f32>()
+        .expect("logits")
+}
+
+/// Logits of the whole sequence in one eager forward.
+pub fn eager(model: &Gemma3) -> Vec<f32> {
+    let mut caches = model.make_caches(CacheFormat::COMPUTE).expect("caches");
+    let out = model
+        .forward(&tokens(&token_ids()), &mut caches)
+        .expect("forward");
+    flat(&[evaluated(out, &caches)])
+}
+
+/// Logits of an eager prefill, fixed-shape steps, then an eager chunk.
+pub fn mixed(model: &Gemma3, compiled: bool) -> (Vec<f32>, Vec<LayerCache>) {
+    let ids = token_ids();
+    let step = DecodeStep::new(model, compiled).expect("decode step");
+    let mut caches = model.make_caches(CacheFormat::COMPUTE).expect("caches");
+    let mut parts = Vec::new();
+    let out = model
+        .forward(&tokens(&ids[..PREFILL]), &mut caches)
+        .expect("prefill");
+    parts.push(evaluated(out, &caches));
+    let end = (PREFILL + FIXED) as i32;
+    assert!(step.reserve(&mut caches, end).expect("reserve"));
+    for &id in &ids[PREFILL..PREFILL + FIXED] {
+        let out = step
+            .forward(&tokens(&[id]), &mut caches)
+            .expect("fixed step");
+        parts.push(evaluated(out, &caches));
+    }
+    assert!(caches.iter().all(|c| c.offset() == end));
+    let out = model
+        .forward(&tokens(&ids[PREFILL + FIXED..]), &mut caches)
+        .expect("eager chunk");
+    parts.push(evaluated(out, &caches));
+    (flat(&parts), caches)
+}
+
+/// Largest |a − b|.
+pub fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
