@@ -3,9 +3,9 @@
 //! Every MLX operation costs the CUDA backend 3–15 µs of host time on the
 //! H200, so a decode step made of a dozen operations per layer is bound by
 //! their count, not by the GPU. This kernel runs one block per
-//! multiprocessor, all resident at once, through the block's seven phases
-//! (norm and Q/K/V projection; q/k norms, RoPE and the cache write;
-//! attention split over the blocks; the merge of the splits; the output
+//! multiprocessor, all resident at once, through the block's five phases
+//! (norm and Q/K/V projection; attention split over the blocks, with the
+//! q/k norms, RoPE, the cache write and the merge of the splits; the output
 //! projection; the residual norms and the gated MLP's gate/up projection;
 //! the down projection), with a barrier across the grid between phases, and
 //! ends with the residual sum. It rounds where MLX's separate operations
@@ -24,6 +24,9 @@ const WARPS: i32 = 16;
 
 /// The largest static shared memory of a kernel, in bytes.
 const SHARED_LIMIT: i32 = 48 * 1024;
+
+/// Query heads the kernel's split counts have room for.
+const MAX_HEADS: i32 = 128;
 
 /// Device functions of the layer kernel, after [`HEADER`].
 const LAYER_HEADER: &str = r#"
@@ -98,11 +101,11 @@ __device__ __forceinline__ U gemma_gated_gelu(U g, U u) {
 "#;
 
 /// The kernel body; see the module documentation. `scratch` holds, in
-/// order: q/k/v `[(HQ + 2·HKV)·D]`, rotated queries `[HQ·D]`, the attention
-/// output `[HQ·D]`, the output projection `[H]`, the residual after
+/// order: q/k/v `[(HQ + 2·HKV)·D]`, the attention output `[HQ·D]`, the output projection `[H]`, the residual after
 /// attention `[H]`, the gated activations `[I]` and the down projection
 /// `[H]`. `partials` holds each attention split's running max, sum and
-/// unnormalised output.
+/// unnormalised output; `barrier` the grid barriers' word and, from its
+/// 33rd int, one count of finished splits per query head.
 const DECODE_LAYER: &str = r#"
   constexpr int THREADS = WARPS * 32;
   constexpr int HALF = D / 2;
@@ -112,6 +115,10 @@ const DECODE_LAYER: &str = r#"
   __shared__ float red[32];
   __shared__ float part_m[WARPS];
   __shared__ float part_l[WARPS];
+  __shared__ float head_q[D];
+  __shared__ float head_k[D];
+  __shared__ float head_v[D];
+  __shared__ bool last_split;
   T* xs = reinterpret_cast<T*>(smem);
   const int G = gridDim.x;
   const int tid = threadIdx.x;
@@ -133,8 +140,7 @@ const DECODE_LAYER: &str = r#"
   T* kc = const_cast<T*>(k_cache);
   T* vc = const_cast<T*>(v_cache);
   T* qkv = scratch;
-  T* qr = qkv + NQKV;
-  T* attn = qr + HQ * D;
+  T* attn = qkv + NQKV;
   T* o = attn + HQ * D;
   T* hmid = o + H;
   T* act = hmid + H;
@@ -159,18 +165,29 @@ const DECODE_LAYER: &str = r#"
   }
   gemma_grid_sync(bar, G);
 
-  // 2. Per head, one warp: RMSNorm and RoPE of queries (to `qr`) and keys
-  // (into the cache), values copied into the cache.
+  // 2. Attention: each block one split of one query head's valid keys.
+  // Warps 0–2 first take the head's query, the new key (RMSNorm, RoPE) and
+  // the new value from the projection, into shared memory; the split's
+  // block for the first query head of a group also writes the key and value
+  // into the cache, and every block reads them at the new slot from shared
+  // memory. The warps share the split by an online softmax, merged in the
+  // block; the last block of a head to finish merges the head's splits.
   {
     const int at = write_at[0];
     const float pos = static_cast<float>(position[0]);
-    for (int item = gwarp; item < HQ + 2 * HKV; item += nwarps) {
-      if (item < HQ + HKV) {
-        const bool is_q = item < HQ;
-        const int head = is_q ? item : item - HQ;
-        const T* src = qkv + (is_q ? 0 : HQ * D) + head * D;
+    const int n = n_valid;
+    float* part_o = reinterpret_cast<float*>(smem);
+    unsigned int* done = bar + 32;
+    for (int item = blockIdx.x; item < HQ * S; item += G) {
+      const int h = item / S;
+      const int s = item % S;
+      const int kvh = h / (HQ / HKV);
+      const bool writer = s == 0 && h % (HQ / HKV) == 0;
+      if (warp < 2) {
+        const bool is_q = warp == 0;
+        const T* src = qkv + (is_q ? h * D : HQ * D + kvh * D);
         const T* w = is_q ? q_norm : k_norm;
-        T* dst = is_q ? qr + head * D : kc + (static_cast<size_t>(head) * capacity + at) * D;
+        float* dst = is_q ? head_q : head_k;
         float a[PAIRS];
         float c[PAIRS];
         float ss = 0.0f;
@@ -191,28 +208,26 @@ const DECODE_LAYER: &str = r#"
           const float theta = ROPE_SCALE * pos * exp2f(-d * LOG2_BASE);
           const float cs = cos(theta);
           const float sn = sin(theta);
-          dst[i] = static_cast<T>(x1 * cs - x2 * sn);
-          dst[i + HALF] = static_cast<T>(x1 * sn + x2 * cs);
+          const T lo = static_cast<T>(x1 * cs - x2 * sn);
+          const T hi = static_cast<T>(x1 * sn + x2 * cs);
+          dst[i] = static_cast<float>(lo);
+          dst[i + HALF] = static_cast<float>(hi);
+          if (!is_q && writer) {
+            T* row = kc + (static_cast<size_t>(kvh) * capacity + at) * D;
+            row[i] = lo;
+            row[i + HALF] = hi;
+          }
         }
-      } else {
-        const int head = item - HQ - HKV;
-        const T* src = qkv + (HQ + HKV) * D + head * D;
-        T* dst = vc + (static_cast<size_t>(head) * capacity + at) * D;
-        for (int i = lane; i < D; i += 32) dst[i] = gemma_load(src + i);
+      } else if (warp == 2) {
+        const T* src = qkv + (HQ + HKV) * D + kvh * D;
+        T* row = vc + (static_cast<size_t>(kvh) * capacity + at) * D;
+        for (int i = lane; i < D; i += 32) {
+          const T v = gemma_load(src + i);
+          head_v[i] = static_cast<float>(v);
+          if (writer) row[i] = v;
+        }
       }
-    }
-  }
-  gemma_grid_sync(bar, G);
-
-  // 3. Attention: each block one split of one query head's valid keys; its
-  // warps share the split by an online softmax, merged in the block.
-  {
-    const int n = n_valid;
-    float* part_o = reinterpret_cast<float*>(smem);
-    for (int item = blockIdx.x; item < HQ * S; item += G) {
-      const int h = item / S;
-      const int s = item % S;
-      const int kvh = h / (HQ / HKV);
+      __syncthreads();
       const int chunk = (n + S - 1) / S;
       const int begin = s * chunk;
       const int end = begin + chunk < n ? begin + chunk : n;
@@ -221,16 +236,20 @@ const DECODE_LAYER: &str = r#"
       float acc[E];
       #pragma unroll
       for (int e = 0; e < E; ++e) {
-        qv[e] = static_cast<float>(gemma_load(qr + h * D + lane * E + e)) * SCALE;
+        qv[e] = head_q[lane * E + e] * SCALE;
         acc[e] = 0.0f;
       }
       float m = -INFINITY;
       float l = 0.0f;
       for (int j = begin + warp; j < end; j += WARPS) {
+        const bool fresh = j == at;
         const T* kr = kc + head + static_cast<size_t>(j) * D;
         float sc = 0.0f;
         #pragma unroll
-        for (int e = 0; e < E; ++e) sc += qv[e] * static_cast<float>(gemma_load(kr + e));
+        for (int e = 0; e < E; ++e) {
+          const float k = fresh ? head_k[lane * E + e] : static_cast<float>(gemma_load(kr + e));
+          sc += qv[e] * k;
+        }
         for (int o2 = 16; o2 > 0; o2 >>= 1) sc += __shfl_xor_sync(0xffffffffu, sc, o2);
         const float m_new = fmaxf(m, sc);
         const float corr = expf(m - m_new);
@@ -238,7 +257,10 @@ const DECODE_LAYER: &str = r#"
         l = l * corr + p;
         const T* vr = vc + head + static_cast<size_t>(j) * D;
         #pragma unroll
-        for (int e = 0; e < E; ++e) acc[e] = acc[e] * corr + p * static_cast<float>(gemma_load(vr + e));
+        for (int e = 0; e < E; ++e) {
+          const float v = fresh ? head_v[lane * E + e] : static_cast<float>(gemma_load(vr + e));
+          acc[e] = acc[e] * corr + p * v;
+        }
         m = m_new;
       }
       if (lane == 0) {
@@ -265,33 +287,35 @@ const DECODE_LAYER: &str = r#"
           split[1] = sum;
         }
       }
+      __threadfence();
+      __syncthreads();
+      if (tid == 0) last_split = atomicAdd(done + h, 1u) == static_cast<unsigned int>(S - 1);
+      __syncthreads();
+      if (last_split) {
+        const float* parts = partials + static_cast<size_t>(h) * S * (D + 2);
+        for (int d = tid; d < D; d += THREADS) {
+          float best = -INFINITY;
+          #pragma unroll 8
+          for (int k = 0; k < S; ++k) best = fmaxf(best, gemma_load(parts + k * (D + 2)));
+          float sum = 0.0f;
+          float total = 0.0f;
+          #pragma unroll 8
+          for (int k = 0; k < S; ++k) {
+            const float mk = gemma_load(parts + k * (D + 2));
+            const float f = mk == -INFINITY ? 0.0f : expf(mk - best);
+            sum += f * gemma_load(parts + k * (D + 2) + 1);
+            total += f * gemma_load(parts + k * (D + 2) + 2 + d);
+          }
+          attn[h * D + d] = static_cast<T>(total / sum);
+        }
+        if (tid == 0) atomicExch(done + h, 0u);
+      }
       __syncthreads();
     }
   }
   gemma_grid_sync(bar, G);
 
-  // 4. Merge of the splits, rounded once to T.
-  for (int idx = blockIdx.x * THREADS + tid; idx < HQ * D; idx += G * THREADS) {
-    const int h = idx / D;
-    const int d = idx % D;
-    const float* parts = partials + static_cast<size_t>(h) * S * (D + 2);
-    float top = -INFINITY;
-    #pragma unroll 8
-    for (int s = 0; s < S; ++s) top = fmaxf(top, gemma_load(parts + s * (D + 2)));
-    float sum = 0.0f;
-    float total = 0.0f;
-    #pragma unroll 8
-    for (int s = 0; s < S; ++s) {
-      const float ms = gemma_load(parts + s * (D + 2));
-      const float f = ms == -INFINITY ? 0.0f : expf(ms - top);
-      sum += f * gemma_load(parts + s * (D + 2) + 1);
-      total += f * gemma_load(parts + s * (D + 2) + 2 + d);
-    }
-    attn[idx] = static_cast<T>(total / sum);
-  }
-  gemma_grid_sync(bar, G);
-
-  // 5. Output projection.
+  // 3. Output projection.
   {
     for (int i = tid; i < HQ * D; i += THREADS) xs[i] = gemma_load(attn + i);
     __syncthreads();
@@ -302,7 +326,7 @@ const DECODE_LAYER: &str = r#"
   }
   gemma_grid_sync(bar, G);
 
-  // 6. h = x + norm(o) (block 0 keeps it), the pre-MLP norm of h (every
+  // 4. h = x + norm(o) (block 0 keeps it), the pre-MLP norm of h (every
   // block, into shared memory), gate and up rows, gated GELU.
   {
     float ss = 0.0f;
@@ -333,7 +357,7 @@ const DECODE_LAYER: &str = r#"
   }
   gemma_grid_sync(bar, G);
 
-  // 7. Down projection.
+  // 5. Down projection.
   {
     for (int i = tid; i < I; i += THREADS) xs[i] = gemma_load(act + i);
     __syncthreads();
@@ -344,7 +368,7 @@ const DECODE_LAYER: &str = r#"
   }
   gemma_grid_sync(bar, G);
 
-  // 8. out = h + norm(down), each block its share.
+  // 6. out = h + norm(down), each block its share.
   {
     float ss = 0.0f;
     for (int i = tid; i < H; i += THREADS) {
@@ -370,12 +394,13 @@ pub fn resident_blocks() -> mlx_core::Result<i32> {
     Ok(*COUNT.get_or_init(|| count))
 }
 
-/// The word the grid barriers of [`decode_layer`] count on, for the kernels
-/// of one step: 16 bytes, because MLX's CUDA allocator keeps arrays of 8
-/// bytes or less in a read-mostly pool, where the GPU's atomic additions
-/// cost microseconds each (a barrier of 132 blocks took 0.7 ms there).
+/// The counters of [`decode_layer`]'s grid barriers and attention splits,
+/// shared by the kernels of one step (each leaves them as it found them).
+/// They must not be 8 bytes or less: MLX's CUDA allocator keeps such arrays
+/// in a read-mostly pool, where the GPU's atomic additions cost
+/// microseconds each (a barrier of 132 blocks took 0.7 ms there).
 pub fn grid_barrier() -> mlx_core::Result<Array> {
-    mlx_core::zeros(&[4], Dtype::Int32)
+    mlx_core::zeros(&[32 + MAX_HEADS], Dtype::Int32)
 }
 
 /// One block's weights, dense, all of the compute dtype.
@@ -495,13 +520,14 @@ pub fn decode_layer(
         && kv.keys.dim(1)? == hkv
         && kv.keys.dim(3)? == d
         && kv.values.shape() == kv.keys.shape()
-        && shared + 4 * (32 + 2 * WARPS) <= SHARED_LIMIT
+        && shared + 4 * (32 + 2 * WARPS + 3 * d) + 16 <= SHARED_LIMIT
+        && hq <= MAX_HEADS
         && blocks > 0;
     if !fits {
         return Ok(None);
     }
     let splits = (blocks / hq).max(1);
-    let scratch = (hq + 2 * hkv) * d + 2 * hq * d + 3 * hidden + inter;
+    let scratch = (hq + 2 * hkv) * d + hq * d + 3 * hidden + inter;
     let kernel = kernel_with_header(
         "gemma_decode_layer",
         (
