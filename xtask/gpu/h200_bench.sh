@@ -4,7 +4,8 @@
 # synthetic prompt. Run after ../shared/gpu/setup-mlx-cuda.sh has written
 # /tmp/site/env.sh. Usage: h200_bench.sh BINARY PROMPT_TOKENS GEN_TOKENS SIZE...
 # ROUNDS (default 2) sets the rounds; each round runs our eager decode, our
-# compiled decode, the compiled decode with our CUDA kernels, then mlx-lm.
+# compiled decode, the compiled decode with our CUDA kernels (one fused
+# kernel per layer: "compiled+k"), then mlx-lm.
 set -uo pipefail
 . /tmp/site/env.sh
 bin=$1 prompt=$2 gen=$3

@@ -7,7 +7,9 @@
 //! final capacity), each new key and value is written at a position held in
 //! an array, and attention runs over the whole buffers masked to their valid
 //! positions (on the GPU through [`crate::kernels::decode_attention`], which
-//! reads only those). Shapes never change, so MLX traces the step once;
+//! reads only those; with [`Gemma3::gpu_kernels`], each whole block runs as
+//! one [`crate::kernels::decode_layer`] kernel, which writes the buffers in
+//! place). Shapes never change, so MLX traces the step once;
 //! every later step replays the traced graph (its elementwise chains fused)
 //! without building it again.
 

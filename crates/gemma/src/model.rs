@@ -76,7 +76,8 @@ pub struct Gemma3 {
     /// Final RMSNorm weight (1 + w).
     pub norm: Array,
     /// Whether to run our GPU kernels of [`crate::kernels`] when computing on
-    /// the GPU (off by default: MLX's own operations).
+    /// the GPU (off by default: MLX's own operations): one kernel per block
+    /// in fixed-shape decode steps, smaller fused kernels otherwise.
     pub gpu_kernels: bool,
 }
 

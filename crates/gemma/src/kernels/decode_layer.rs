@@ -431,7 +431,9 @@ pub struct LayerWeights<'a> {
 /// Where the block's key and value go and what attention reads: buffers
 /// `[1, Hkv, capacity, D]` written in place at `write_at`, attended to on
 /// their first `valid` positions; the token's RoPE position. The three
-/// positions are int32 arrays `[1]`.
+/// positions are int32 arrays `[1]`. The buffers must be row-contiguous
+/// once evaluated (as the caches' reserved buffers are): MLX would hand the
+/// kernel a contiguous copy of any other, and the write would be lost.
 #[derive(Debug, Clone, Copy)]
 pub struct LayerKv<'a> {
     /// Key buffer (written in place).
