@@ -25,6 +25,27 @@ const WARPS: i32 = 16;
 /// The largest static shared memory of a kernel, in bytes.
 const SHARED_LIMIT: i32 = 48 * 1024;
 
+/// The kernel's inputs, in order.
+const INPUT_NAMES: [&str; 17] = [
+    "x",
+    "w_in",
+    "w_qkv",
+    "q_norm",
+    "k_norm",
+    "w_o",
+    "w_post_attn",
+    "w_pre_ffn",
+    "w_gate_up",
+    "w_down",
+    "w_post_ffn",
+    "position",
+    "write_at",
+    "valid",
+    "k_cache",
+    "v_cache",
+    "barrier",
+];
+
 /// Query heads the kernel's split counts have room for.
 const MAX_HEADS: i32 = 128;
 
@@ -60,27 +81,6 @@ __device__ __forceinline__ U gemma_load(const U* p) {
   U u;
   memcpy(&u, &b, sizeof(U));
   return u;
-}
-
-// One warp's dot product of a weight row `w` and `x` (shared memory), both
-// `K` values of `U` in 16-byte loads, summed in float; every lane gets it.
-template <typename U>
-__device__ __forceinline__ float gemma_dot(const U* w, const U* x, int K, int lane) {
-  constexpr int V = 16 / sizeof(U);
-  const uint4* w4 = reinterpret_cast<const uint4*>(w);
-  const uint4* x4 = reinterpret_cast<const uint4*>(x);
-  float acc = 0.0f;
-  #pragma unroll 4
-  for (int i = lane; i < K / V; i += 32) {
-    const uint4 wv = __ldg(w4 + i);
-    const uint4 xv = x4[i];
-    const U* wp = reinterpret_cast<const U*>(&wv);
-    const U* xp = reinterpret_cast<const U*>(&xv);
-    #pragma unroll
-    for (int j = 0; j < V; ++j) acc += static_cast<float>(wp[j]) * static_cast<float>(xp[j]);
-  }
-  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-  return acc;
 }
 
 // mlx's gelu_approx(g) · u, rounding to `U` after every operation as MLX's
@@ -487,7 +487,8 @@ pub fn decode_layer(
     let hidden = w.input_norm.size() as i32;
     let inter = w.down.dim(1)?;
     let bytes = dtype.size_bytes() as i32;
-    let arrays = [
+    let inputs = [
+        x,
         w.input_norm,
         w.qkv,
         w.q_norm,
@@ -498,13 +499,21 @@ pub fn decode_layer(
         w.gate_up,
         w.down,
         w.post_feedforward_norm,
+        kv.position,
+        kv.write_at,
+        kv.valid,
         kv.keys,
         kv.values,
+        barrier,
     ];
-    let same_dtype = arrays.iter().all(|a| a.dtype() == dtype);
+    // The positions and the barrier are int32, everything else `dtype`.
+    let dtypes_fit = inputs.iter().zip(INPUT_NAMES).all(|(a, name)| {
+        let int = matches!(name, "position" | "write_at" | "valid" | "barrier");
+        a.dtype() == if int { Dtype::Int32 } else { dtype }
+    });
     let widest = hidden.max(inter).max(hq * d) * bytes;
     let shared = widest.max(WARPS * d * 4);
-    let fits = same_dtype
+    let fits = dtypes_fit
         && matches!(dtype, Dtype::Float32 | Dtype::Float16 | Dtype::Bfloat16)
         && x.size() as i32 == hidden
         && d % 64 == 0
@@ -532,28 +541,7 @@ pub fn decode_layer(
     let scratch = (hq + 2 * hkv) * d + hq * d + 3 * hidden + inter;
     let kernel = kernel_with_header(
         "gemma_decode_layer",
-        (
-            &[
-                "x",
-                "w_in",
-                "w_qkv",
-                "q_norm",
-                "k_norm",
-                "w_o",
-                "w_post_attn",
-                "w_pre_ffn",
-                "w_gate_up",
-                "w_down",
-                "w_post_ffn",
-                "position",
-                "write_at",
-                "valid",
-                "k_cache",
-                "v_cache",
-                "barrier",
-            ],
-            &["out", "scratch", "partials"],
-        ),
+        (&INPUT_NAMES, &["out", "scratch", "partials"]),
         DECODE_LAYER,
         &format!("{HEADER}{LAYER_HEADER}"),
         &[
@@ -564,25 +552,7 @@ pub fn decode_layer(
         ],
     )?;
     let out = kernel.apply(
-        &[
-            x,
-            w.input_norm,
-            w.qkv,
-            w.q_norm,
-            w.k_norm,
-            w.o,
-            w.post_attention_norm,
-            w.pre_feedforward_norm,
-            w.gate_up,
-            w.down,
-            w.post_feedforward_norm,
-            kv.position,
-            kv.write_at,
-            kv.valid,
-            kv.keys,
-            kv.values,
-            barrier,
-        ],
+        &inputs,
         &[
             OutputSpec {
                 shape: x.shape(),

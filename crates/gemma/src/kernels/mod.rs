@@ -22,7 +22,8 @@ use mlx_core::Array;
 /// Threads per block of the row-wise kernels (residual norms, GEMV).
 const BLOCK: i32 = 256;
 
-/// A block-wide float sum (every thread gets the total).
+/// Device functions every kernel here may use: a block-wide float sum
+/// (every thread gets the total) and a warp's dot product.
 const HEADER: &str = r#"
 __device__ __forceinline__ float gemma_block_sum(float v, float* scratch) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -35,6 +36,27 @@ __device__ __forceinline__ float gemma_block_sum(float v, float* scratch) {
   float t = lane < warps ? scratch[lane] : 0.0f;
   for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
   return t;
+}
+
+// One warp's dot product of a weight row `w` and a row `x`, both `K` values
+// of `U` in 16-byte loads, summed in float; every lane gets it.
+template <typename U>
+__device__ __forceinline__ float gemma_dot(const U* w, const U* x, int K, int lane) {
+  constexpr int V = 16 / sizeof(U);
+  const uint4* w4 = reinterpret_cast<const uint4*>(w);
+  const uint4* x4 = reinterpret_cast<const uint4*>(x);
+  float acc = 0.0f;
+  #pragma unroll 4
+  for (int i = lane; i < K / V; i += 32) {
+    const uint4 wv = __ldg(w4 + i);
+    const uint4 xv = x4[i];
+    const U* wp = reinterpret_cast<const U*>(&wv);
+    const U* xp = reinterpret_cast<const U*>(&xv);
+    #pragma unroll
+    for (int j = 0; j < V; ++j) acc += static_cast<float>(wp[j]) * static_cast<float>(xp[j]);
+  }
+  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  return acc;
 }
 "#;
 
@@ -110,25 +132,12 @@ const QK_NORM_ROPE: &str = r#"
 /// compilation serves every projection of a dtype.
 const GEMV: &str = r#"
   constexpr int WARPS = 8;
-  constexpr int V = 16 / sizeof(T);
   const int N = w_shape[0];
   const int K = w_shape[1];
   const int lane = threadIdx.x & 31;
   const int n = blockIdx.x * WARPS + (threadIdx.x >> 5);
   if (n >= N) return;
-  const uint4* w4 = reinterpret_cast<const uint4*>(w + static_cast<size_t>(n) * K);
-  const uint4* x4 = reinterpret_cast<const uint4*>(x);
-  float acc = 0.0f;
-  #pragma unroll 4
-  for (int i = lane; i < K / V; i += 32) {
-    const uint4 wv = w4[i];
-    const uint4 xv = x4[i];
-    const T* wp = reinterpret_cast<const T*>(&wv);
-    const T* xp = reinterpret_cast<const T*>(&xv);
-    #pragma unroll
-    for (int j = 0; j < V; ++j) acc += static_cast<float>(wp[j]) * static_cast<float>(xp[j]);
-  }
-  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  const float acc = gemma_dot(w + static_cast<size_t>(n) * K, x, K, lane);
   if (lane == 0) y[n] = static_cast<T>(acc);
 "#;
 
