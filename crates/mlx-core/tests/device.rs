@@ -1,7 +1,8 @@
 //! Devices and streams on the CPU build of MLX.
 
 use mlx_core::device::{
-    default_device, is_available, mlx_version, set_default_device, synchronize,
+    cuda_multiprocessor_count, default_device, is_available, mlx_version, set_default_device,
+    synchronize,
 };
 use mlx_core::{Array, Device, Dtype, Stream};
 
@@ -29,6 +30,12 @@ fn the_gpu_is_unavailable_and_cannot_become_the_default() {
     // Setting the CPU again is fine.
     set_default_device(Device::Cpu).unwrap();
     assert_eq!(default_device().unwrap(), Device::Cpu);
+}
+
+#[test]
+fn the_multiprocessor_count_says_no_cuda_driver_is_loaded() {
+    let err = cuda_multiprocessor_count().unwrap_err().to_string();
+    assert!(err.contains("no CUDA driver is loaded"), "{err}");
 }
 
 #[test]
