@@ -101,9 +101,9 @@ __device__ __forceinline__ U gemma_gated_gelu(U g, U u) {
 "#;
 
 /// The kernel body; see the module documentation. `scratch` holds, in
-/// order: q/k/v `[(HQ + 2·HKV)·D]`, the attention output `[HQ·D]`, the output projection `[H]`, the residual after
-/// attention `[H]`, the gated activations `[I]` and the down projection
-/// `[H]`. `partials` holds each attention split's running max, sum and
+/// order: q/k/v `[(HQ + 2·HKV)·D]`, the attention output `[HQ·D]`, the
+/// output projection `[H]`, the residual after attention `[H]`, the gated
+/// activations `[I]` and the down projection `[H]`. `partials` holds each attention split's running max, sum and
 /// unnormalised output; `barrier` the grid barriers' word and, from its
 /// 33rd int, one count of finished splits per query head.
 const DECODE_LAYER: &str = r#"
