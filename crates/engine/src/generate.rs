@@ -11,6 +11,7 @@ use gemma::decode_step::DecodeStep;
 use gemma::model::Gemma3;
 use gemma::tokenizer::{StreamingDecoder, Tokenizer};
 use mlx_core::{async_eval, concatenate, memory, Array, Dtype};
+use sample::processors::last_tokens;
 use sample::Sampler;
 
 use crate::error::GenerateError;
@@ -104,7 +105,7 @@ pub fn generate(
         None => model.config.eos_token_ids.clone(),
     };
     let mut sampler = Sampler::new(options.sampler.clone())?;
-    let window = i32::try_from(options.sampler.history_window()).unwrap_or(i32::MAX);
+    let window = options.sampler.history_window();
     let penalties = window > 0;
     memory::reset_peak()?;
 
@@ -128,7 +129,7 @@ pub fn generate(
     };
 
     let mut history = if penalties {
-        Some(recent(&token_array(prompt)?.reshape(&[-1])?, window)?)
+        Some(last_tokens(&token_array(prompt)?.reshape(&[-1])?, window)?)
     } else {
         None
     };
@@ -178,7 +179,7 @@ pub fn generate(
         // the context.
         let next = if ids.len() + 1 < max_tokens && cached + prompt.len() + ids.len() < context {
             if let Some(h) = history.as_mut() {
-                *h = recent(&concatenate(&[h, &token.astype(h.dtype())?], 0)?, window)?;
+                *h = last_tokens(&concatenate(&[h, &token.astype(h.dtype())?], 0)?, window)?;
             }
             let input = token.reshape(&[1, 1])?;
             let next = step(&input, caches, &mut sampler, history.as_ref())?;
@@ -293,16 +294,6 @@ fn prefill_chunks(tokens: &[u32], cached: usize, size: usize, kv_start: usize) -
     let split = kv_start.saturating_sub(cached).min(tokens.len());
     let (before, after) = tokens.split_at(split);
     before.chunks(size).chain(after.chunks(size)).collect()
-}
-
-/// The last `window` entries of a 1-d array.
-fn recent(ids: &Array, window: i32) -> Result<Array, GenerateError> {
-    let n = ids.dim(0)?;
-    Ok(if n > window {
-        ids.slice(&[n - window], &[n], &[1])?
-    } else {
-        ids.clone()
-    })
 }
 
 /// The length of the longest end of `text` that could begin one of `stops`

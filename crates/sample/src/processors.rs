@@ -11,6 +11,17 @@ use mlx_core::{where_, Array, Dtype};
 
 use crate::{check, SampleError};
 
+/// The last `window` entries of a 1-d array of token ids (all of them when
+/// it is shorter): the window the penalties look at.
+pub fn last_tokens(ids: &Array, window: usize) -> mlx_core::Result<Array> {
+    let n = ids.dim(0)?;
+    let window = i32::try_from(window).unwrap_or(i32::MAX);
+    if n <= window {
+        return Ok(ids.clone());
+    }
+    ids.slice(&[n - window], &[n], &[1])
+}
+
 /// `window` as a `[1, k]` index row, for gathers and scatters along the vocabulary axis.
 fn index_row(window: &Array) -> Result<Array, SampleError> {
     Ok(window.reshape(&[1, -1])?)

@@ -5,7 +5,8 @@ use mlx_core::{Array, Dtype};
 
 use crate::filters::{apply_min_p, apply_top_k, apply_top_p, apply_xtc};
 use crate::processors::{
-    apply_frequency_penalty, apply_presence_penalty, apply_repetition_penalty, LogitBias,
+    apply_frequency_penalty, apply_presence_penalty, apply_repetition_penalty, last_tokens,
+    LogitBias,
 };
 use crate::{check, SampleError, SamplerConfig};
 
@@ -101,14 +102,7 @@ impl Sampler {
         if n == 0 {
             return Ok(logits);
         }
-        let recent = |window: usize| -> Result<Array, SampleError> {
-            let window = i32::try_from(window).unwrap_or(i32::MAX);
-            Ok(if n <= window {
-                history.clone()
-            } else {
-                history.slice(&[n - window], &[n], &[1])?
-            })
-        };
+        let recent = |window: usize| last_tokens(history, window);
         if let Some(penalty) = c.repetition_penalty {
             logits = apply_repetition_penalty(&logits, &recent(c.repetition_window)?, penalty)?;
         }

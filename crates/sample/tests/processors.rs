@@ -228,3 +228,18 @@ fn a_bias_outside_the_vocabulary_is_an_error() {
     );
     assert!(err.to_string().contains("logit_bias"), "{err}");
 }
+
+#[test]
+fn last_tokens_keeps_the_end_of_the_history() {
+    let ids = Array::from_slice(&[1i32, 2, 3, 4, 5, 6], &[6]).unwrap();
+    let last = |window| {
+        sample::processors::last_tokens(&ids, window)
+            .unwrap()
+            .to_vec::<i32>()
+            .unwrap()
+    };
+    assert_eq!(last(3), vec![4, 5, 6]);
+    assert_eq!(last(6), vec![1, 2, 3, 4, 5, 6]);
+    assert_eq!(last(10), vec![1, 2, 3, 4, 5, 6]);
+    assert_eq!(last(0), Vec::<i32>::new());
+}
