@@ -52,24 +52,21 @@ pub(crate) fn top_p(p: f32) -> Result<(), SampleError> {
     Err(invalid("top_p", p, "must be in (0, 1]"))
 }
 
-/// `min_p`: in `[0, 1]`.
-pub(crate) fn min_p(p: f32) -> Result<(), SampleError> {
+/// A probability setting (`field`: `min_p`, `xtc_probability`): in `[0, 1]`.
+pub(crate) fn probability(field: &'static str, p: f32) -> Result<(), SampleError> {
     if (0.0..=1.0).contains(&p) {
         return Ok(());
     }
-    Err(invalid("min_p", p, "must be in [0, 1]"))
+    Err(invalid(field, p, "must be in [0, 1]"))
 }
 
-/// `min_tokens_to_keep`: in `[1, i32::MAX]`.
-pub(crate) fn min_tokens_to_keep(n: usize) -> Result<(), SampleError> {
+/// A count setting (`field`: `min_tokens_to_keep`, a penalty's window): in
+/// `[1, i32::MAX]`.
+pub(crate) fn count(field: &'static str, n: usize) -> Result<(), SampleError> {
     if is_count(n) {
         return Ok(());
     }
-    Err(invalid(
-        "min_tokens_to_keep",
-        n,
-        "must be in [1, 2147483647]",
-    ))
+    Err(invalid(field, n, "must be in [1, 2147483647]"))
 }
 
 /// `repetition_penalty`: finite and `> 0`.
@@ -90,22 +87,6 @@ pub(crate) fn additive_penalty(field: &'static str, p: f32) -> Result<(), Sample
         return Ok(());
     }
     Err(invalid(field, p, "must be finite (0 = no penalty)"))
-}
-
-/// A penalty's window (`field`): in `[1, i32::MAX]`.
-pub(crate) fn penalty_window(field: &'static str, n: usize) -> Result<(), SampleError> {
-    if is_count(n) {
-        return Ok(());
-    }
-    Err(invalid(field, n, "must be in [1, 2147483647]"))
-}
-
-/// `xtc_probability`: in `[0, 1]`.
-pub(crate) fn xtc_probability(p: f32) -> Result<(), SampleError> {
-    if (0.0..=1.0).contains(&p) {
-        return Ok(());
-    }
-    Err(invalid("xtc_probability", p, "must be in [0, 1]"))
 }
 
 /// `xtc_threshold`: in `[0, 0.5]`.

@@ -101,9 +101,9 @@ impl SamplerConfig {
             check::top_p(p)?;
         }
         if let Some(p) = self.min_p {
-            check::min_p(p)?;
+            check::probability("min_p", p)?;
         }
-        check::min_tokens_to_keep(self.min_tokens_to_keep)?;
+        check::count("min_tokens_to_keep", self.min_tokens_to_keep)?;
         if let Some(p) = self.repetition_penalty {
             check::repetition_penalty(p)?;
         }
@@ -113,11 +113,11 @@ impl SamplerConfig {
         if let Some(p) = self.frequency_penalty {
             check::additive_penalty("frequency_penalty", p)?;
         }
-        check::penalty_window("repetition_window", self.repetition_window)?;
-        check::penalty_window("presence_window", self.presence_window)?;
-        check::penalty_window("frequency_window", self.frequency_window)?;
+        check::count("repetition_window", self.repetition_window)?;
+        check::count("presence_window", self.presence_window)?;
+        check::count("frequency_window", self.frequency_window)?;
         if let Some(p) = self.xtc_probability {
-            check::xtc_probability(p)?;
+            check::probability("xtc_probability", p)?;
         }
         check::xtc_threshold(self.xtc_threshold)?;
         check::logit_bias(&self.logit_bias)

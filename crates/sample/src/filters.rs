@@ -54,8 +54,8 @@ pub fn apply_min_p(
     min_p: f32,
     min_tokens_to_keep: usize,
 ) -> Result<Array, SampleError> {
-    check::min_p(min_p)?;
-    check::min_tokens_to_keep(min_tokens_to_keep)?;
+    check::probability("min_p", min_p)?;
+    check::count("min_tokens_to_keep", min_tokens_to_keep)?;
     let vocab = check::logits_row(logprobs)?;
     let keep = i32::try_from(min_tokens_to_keep).unwrap_or(i32::MAX);
     if keep >= vocab {
