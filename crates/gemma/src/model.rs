@@ -62,6 +62,33 @@ pub struct Layer {
     pub post_feedforward_norm: Array,
 }
 
+impl Layer {
+    /// The block's weights as [`decode_layer`] takes them; `None` when a
+    /// projection is quantized.
+    pub fn dense_weights(&self) -> Option<LayerWeights<'_>> {
+        let (Linear::Dense(qkv), Linear::Dense(o), Linear::Dense(gate_up), Linear::Dense(down)) = (
+            &self.qkv_proj,
+            &self.o_proj,
+            &self.gate_up_proj,
+            &self.down_proj,
+        ) else {
+            return None;
+        };
+        Some(LayerWeights {
+            input_norm: &self.input_norm,
+            qkv,
+            q_norm: &self.q_norm,
+            k_norm: &self.k_norm,
+            o,
+            post_attention_norm: &self.post_attention_norm,
+            pre_feedforward_norm: &self.pre_feedforward_norm,
+            gate_up,
+            down,
+            post_feedforward_norm: &self.post_feedforward_norm,
+        })
+    }
+}
+
 /// A loaded Gemma 3 text model.
 #[derive(Debug, Clone)]
 pub struct Gemma3 {
@@ -184,55 +211,40 @@ impl Gemma3 {
         h: &Array,
         targets: &[KvTarget<'_>],
     ) -> Result<Option<Array>, ModelError> {
-        let c = &self.config;
         let barrier = grid_barrier()?;
         let blocks = resident_blocks()?;
         let mut x = h.clone();
         for (i, (layer, target)) in self.layers.iter().zip(targets).enumerate() {
-            let (
-                KvTarget::Fixed(fixed),
-                Linear::Dense(qkv),
-                Linear::Dense(o),
-                Linear::Dense(gate_up),
-                Linear::Dense(down),
-            ) = (
-                target,
-                &layer.qkv_proj,
-                &layer.o_proj,
-                &layer.gate_up_proj,
-                &layer.down_proj,
-            )
-            else {
+            let (KvTarget::Fixed(fixed), Some(weights)) = (target, layer.dense_weights()) else {
                 return Ok(None);
             };
-            let weights = LayerWeights {
-                input_norm: &layer.input_norm,
-                qkv,
-                q_norm: &layer.q_norm,
-                k_norm: &layer.k_norm,
-                o,
-                post_attention_norm: &layer.post_attention_norm,
-                pre_feedforward_norm: &layer.pre_feedforward_norm,
-                gate_up,
-                down,
-                post_feedforward_norm: &layer.post_feedforward_norm,
-            };
-            let (rope_base, rope_scale) = self.rope_of(i);
-            let geometry = LayerGeometry {
-                heads: c.num_attention_heads as i32,
-                kv_heads: c.num_key_value_heads as i32,
-                head_dim: c.head_dim as i32,
-                eps: c.rms_norm_eps,
-                scale: c.attention_scale(),
-                rope_base,
-                rope_scale,
-            };
+            let geometry = self.layer_geometry(i);
             match decode_layer(&x, &weights, &fixed.layer_kv(), geometry, &barrier, blocks)? {
                 Some(out) => x = out,
                 None => return Ok(None),
             }
         }
-        Ok(Some(rms_norm(&x, Some(&self.norm), c.rms_norm_eps)?))
+        Ok(Some(rms_norm(
+            &x,
+            Some(&self.norm),
+            self.config.rms_norm_eps,
+        )?))
+    }
+
+    /// The head layout and constants of block `index`, as
+    /// [`decode_layer`] takes them.
+    pub fn layer_geometry(&self, index: usize) -> LayerGeometry {
+        let c = &self.config;
+        let (rope_base, rope_scale) = self.rope_of(index);
+        LayerGeometry {
+            heads: c.num_attention_heads as i32,
+            kv_heads: c.num_key_value_heads as i32,
+            head_dim: c.head_dim as i32,
+            eps: c.rms_norm_eps,
+            scale: c.attention_scale(),
+            rope_base,
+            rope_scale,
+        }
     }
 
     /// RoPE's frequency base and position multiplier of layer `index`.

@@ -8,9 +8,8 @@ use gemma::config::Gemma3Config;
 use gemma::decode_step::DecodeStep;
 use gemma::kernels::{
     decode_attention, decode_layer, grid_barrier, linear_row, qk_norm_rope, resident_blocks,
-    residual_norms, LayerGeometry, LayerKv, LayerWeights, Rotary,
+    residual_norms, LayerKv, Rotary,
 };
-use gemma::linear::Linear;
 use gemma::load::{load, LoadOptions, ModelSource};
 use gemma::model::Gemma3;
 use mlx_core::device::{is_available, set_default_device};
@@ -294,10 +293,7 @@ fn the_compiled_decode_step_gives_the_same_logits_on_the_gpu() {
 /// fixed-shape step runs every block through it rather than falling back).
 fn layer_kernel_takes(model: &Gemma3) -> bool {
     let c = &model.config;
-    let l = &model.layers[0];
-    let (Linear::Dense(qkv), Linear::Dense(o), Linear::Dense(gate_up), Linear::Dense(down)) =
-        (&l.qkv_proj, &l.o_proj, &l.gate_up_proj, &l.down_proj)
-    else {
+    let Some(weights) = model.layers[0].dense_weights() else {
         return false;
     };
     let (hkv, d) = (c.num_key_value_heads as i32, c.head_dim as i32);
@@ -311,18 +307,6 @@ fn layer_kernel_takes(model: &Gemma3) -> bool {
         &random::key(1).unwrap(),
         model.dtype,
     );
-    let weights = LayerWeights {
-        input_norm: &l.input_norm,
-        qkv,
-        q_norm: &l.q_norm,
-        k_norm: &l.k_norm,
-        o,
-        post_attention_norm: &l.post_attention_norm,
-        pre_feedforward_norm: &l.pre_feedforward_norm,
-        gate_up,
-        down,
-        post_feedforward_norm: &l.post_feedforward_norm,
-    };
     let kv = LayerKv {
         keys: &keys,
         values: &values,
@@ -330,18 +314,9 @@ fn layer_kernel_takes(model: &Gemma3) -> bool {
         write_at: &position,
         valid: &valid,
     };
-    let geometry = LayerGeometry {
-        heads: c.num_attention_heads as i32,
-        kv_heads: hkv,
-        head_dim: d,
-        eps: c.rms_norm_eps,
-        scale: c.attention_scale(),
-        rope_base: c.rope_theta,
-        rope_scale: 1.0,
-    };
     let barrier = grid_barrier().unwrap();
     let blocks = resident_blocks().unwrap();
-    let out = decode_layer(&x, &weights, &kv, geometry, &barrier, blocks).unwrap();
+    let out = decode_layer(&x, &weights, &kv, model.layer_geometry(0), &barrier, blocks).unwrap();
     out.map(|o| floats(&o).iter().all(|v| v.is_finite()))
         .unwrap_or(false)
 }
