@@ -43,9 +43,10 @@ impl ChatSession {
         &self.messages
     }
 
-    /// Tokens the cache holds.
+    /// Tokens the cache holds (the next turn reuses those its prompt
+    /// begins with).
     pub fn cached_tokens(&self) -> usize {
-        self.cached_ids.len()
+        self.caches.first().map_or(0, |c| c.offset() as usize)
     }
 
     /// Adds a user message and generates the model's reply.
@@ -98,8 +99,19 @@ impl ChatSession {
         self.cached_ids.extend_from_slice(&ids[keep..]);
         let offset = self.caches.first().map_or(0, |c| c.offset()) as usize;
         let fed = offset.saturating_sub(self.cached_ids.len());
-        self.cached_ids
-            .extend(generation.token_ids.iter().take(fed));
+        // Steps queued past the end fed tokens that were never returned.
+        let past = fed.saturating_sub(generation.token_ids.len());
+        if self
+            .caches
+            .iter_mut()
+            .all(|c| c.trim(past as i32) == past as i32)
+        {
+            self.cached_ids
+                .extend(generation.token_ids.iter().take(fed - past));
+        } else {
+            self.caches = engine.new_caches(&self.options)?;
+            self.cached_ids.clear();
+        }
         self.messages
             .push(ChatMessage::new(Role::Assistant, generation.text.clone()));
         Ok(generation)

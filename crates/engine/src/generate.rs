@@ -1,8 +1,10 @@
-//! The generation loop: chunked prefill, then pipelined decoding — step n+1 is
-//! queued on the device before token n is read back, as mlx-lm does with
-//! `async_eval` — with streaming detokenization, stop conditions,
-//! cancellation and a check for non-finite logits at every step.
+//! The generation loop: chunked prefill, then pipelined decoding — the next
+//! steps are queued on the device before the current token is read back, as
+//! mlx-lm does with `async_eval`, but [`GenerateOptions::steps_per_sync`] at a
+//! time — with streaming detokenization, stop conditions, cancellation and a
+//! check for non-finite logits at every step.
 
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -94,6 +96,11 @@ pub fn generate(
             "the prefill chunk must be at least 1 token".into(),
         ));
     }
+    if options.steps_per_sync == 0 {
+        return Err(GenerateError::Input(
+            "at least 1 decode step must be queued per synchronisation".into(),
+        ));
+    }
     let vocab = model.config.vocab_size as u32;
     if let Some(&bad) = prompt.iter().find(|&&id| id >= vocab) {
         return Err(GenerateError::Input(format!(
@@ -155,11 +162,17 @@ pub fn generate(
         *into += (now - clock).as_secs_f64();
         clock = now;
     };
-    let (mut token, mut finite) =
-        step(&token_array(last)?, caches, &mut sampler, history.as_ref())?;
+    // Steps queued on the device and not yet read back, oldest first. The
+    // first step runs alone, so that the first token is not held back.
+    let mut queued: VecDeque<(Array, Array)> = VecDeque::new();
+    let first = step(&token_array(last)?, caches, &mut sampler, history.as_ref())?;
     lap(&mut host.build_s);
-    async_eval(&[&token, &finite])?;
+    async_eval(&[&first.0, &first.1])?;
     lap(&mut host.queue_s);
+    queued.push_back(first);
+    // Steps queued so far: each yields one token.
+    let mut steps = 1;
+    let batch = options.steps_per_sync;
 
     let mut decoder = tokenizer.map(StreamingDecoder::new);
     let mut text = String::new();
@@ -174,22 +187,40 @@ pub fn generate(
             finish = FinishReason::Cancelled;
             break;
         }
-        // Queue the next step before reading this one. It feeds this token at
-        // position `cached + prompt.len() + ids.len()`, which must lie inside
-        // the context.
-        let next = if ids.len() + 1 < max_tokens && cached + prompt.len() + ids.len() < context {
-            if let Some(h) = history.as_mut() {
-                *h = last_tokens(&concatenate(&[h, &token.astype(h.dtype())?], 0)?, window)?;
+        // Queue the next batch of steps, as one evaluation, while the device
+        // still has a batch to run. Step s feeds token s − 1 at position
+        // `cached + prompt.len() + s − 1`, which must lie inside the context.
+        if queued.len() <= batch {
+            let mut outputs: Vec<Array> = Vec::with_capacity(2 * batch);
+            while outputs.len() < 2 * batch
+                && steps < max_tokens
+                && cached + prompt.len() + steps - 1 < context
+            {
+                let token = match queued.back() {
+                    Some((token, _)) => token.clone(),
+                    None => break,
+                };
+                if let Some(h) = history.as_mut() {
+                    *h = last_tokens(&concatenate(&[h, &token.astype(h.dtype())?], 0)?, window)?;
+                }
+                let next = step(
+                    &token.reshape(&[1, 1])?,
+                    caches,
+                    &mut sampler,
+                    history.as_ref(),
+                )?;
+                outputs.extend([next.0.clone(), next.1.clone()]);
+                queued.push_back(next);
+                steps += 1;
             }
-            let input = token.reshape(&[1, 1])?;
-            let next = step(&input, caches, &mut sampler, history.as_ref())?;
             lap(&mut host.build_s);
-            async_eval(&[&next.0, &next.1])?;
+            if !outputs.is_empty() {
+                async_eval(&outputs.iter().collect::<Vec<_>>())?;
+            }
             lap(&mut host.queue_s);
-            Some(next)
-        } else {
-            lap(&mut host.build_s);
-            None
+        }
+        let Some((token, finite)) = queued.pop_front() else {
+            break;
         };
         let id: u32 = token.item()?;
         let is_finite = finite.item::<bool>()?;
@@ -231,13 +262,8 @@ pub fn generate(
             text: text.get(emitted..safe).unwrap_or(""),
         });
         emitted = emitted.max(safe);
-        match next {
-            Some((t, f)) => {
-                token = t;
-                finish = FinishReason::Length;
-                finite = f;
-            }
-            None => break,
+        if queued.is_empty() {
+            break;
         }
     }
     if finish != FinishReason::StopString {

@@ -65,9 +65,13 @@ fn check_second_turn(
         first.metrics.prompt_tokens, first_prompt,
         "{case}: a fresh session runs the whole first prompt"
     );
-    assert!(
-        after_first > first_prompt,
-        "{case}: the cache holds the prompt and the reply: {after_first} tokens"
+    // The prompt and the reply, less a last token never fed (the reply
+    // ran to max_tokens); no step queued past the reply stays.
+    let unfed = usize::from(first_finish == FinishReason::Length);
+    assert_eq!(
+        after_first,
+        first_prompt + first.token_ids.len() - unfed,
+        "{case}: the cache holds the prompt and the reply"
     );
 
     let second_user = "And what is the capital of Germany?";
@@ -130,6 +134,19 @@ fn second_turn_with_cache_equals_the_whole_history_without() {
         &end_of_turn,
         FinishReason::Stop,
         "reply ended by <end_of_turn>",
+    );
+
+    // The same with 8 steps queued per synchronisation: the steps run past
+    // <end_of_turn> are trimmed from the cache.
+    let batched = GenerateOptions {
+        steps_per_sync: 8,
+        ..end_of_turn.clone()
+    };
+    check_second_turn(
+        &engine,
+        &batched,
+        FinishReason::Stop,
+        "reply ended by <end_of_turn>, 8 steps per sync",
     );
 
     // The reply is cut before "France": the cache holds tokens the history

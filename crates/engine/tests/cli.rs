@@ -389,6 +389,11 @@ fn bad_flags_fail_with_a_message() {
         &["prefill chunk"],
     );
     assert_fails(
+        &["generate", "hi", "--steps-per-sync", "0"],
+        None,
+        &["--steps-per-sync", "1..=64"],
+    );
+    assert_fails(
         &["generate", "hi", "--max-memory", "0"],
         None,
         &["--max-memory"],

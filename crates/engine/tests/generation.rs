@@ -398,6 +398,11 @@ fn empty_and_out_of_vocabulary_prompts_are_refused() {
         .generate_ids(&prompt(4), &zero_chunk, &mut |_| {})
         .expect_err("chunk 0");
     assert!(matches!(err, GenerateError::Input(_)), "{err:?}");
+    let zero_steps = batched(options(4), 0);
+    let err = engine
+        .generate_ids(&prompt(4), &zero_steps, &mut |_| {})
+        .expect_err("0 steps per sync");
+    assert!(err.to_string().contains("at least 1 decode step"), "{err}");
     let err = engine
         .generate("text", &options(4), &mut |_| {})
         .expect_err("no tokenizer");
@@ -512,6 +517,66 @@ fn pipelined_generation_matches_a_naive_loop_eager_or_compiled() {
     let (g, caches) = run_keeping_caches(&engine, &ids, &compiled(50));
     assert_eq!(g.token_ids, naive);
     assert!(caches.iter().all(|c| c.offset() == 12 + 49));
+}
+
+/// [`options`] queueing `steps` decode steps per synchronisation.
+fn batched(options: GenerateOptions, steps: usize) -> GenerateOptions {
+    GenerateOptions {
+        steps_per_sync: steps,
+        ..options
+    }
+}
+
+#[test]
+fn batched_steps_give_the_tokens_of_single_steps() {
+    let _mlx = serial();
+    let plain = engine(tiny_config(4));
+    let ids = prompt(12);
+    let naive = naive_greedy(&plain, &ids, 50);
+    for steps in [2, 3, 8] {
+        for decoding in [options(50), compiled(50)] {
+            let case = format!("{steps} steps per sync, {:?}", decoding.decode);
+            let (g, caches) = run_keeping_caches(&plain, &ids, &batched(decoding, steps));
+            assert_eq!(g.token_ids, naive, "{case}");
+            // Never a step past max_tokens: the last token is not fed.
+            assert!(caches.iter().all(|c| c.offset() == 12 + 49), "{case}");
+        }
+    }
+
+    // A stop mid-batch: the same tokens, and the caches took the steps
+    // queued past the stop, fewer than two batches.
+    let stop = naive[3];
+    let first = naive.iter().position(|&id| id == stop).expect("present");
+    let mut config = tiny_config(4);
+    config.eos_token_ids = vec![stop];
+    let stopping = engine(config);
+    for steps in [1, 2, 8] {
+        let (g, caches) = run_keeping_caches(&stopping, &ids, &batched(options(50), steps));
+        assert_eq!(
+            (g.token_ids.as_slice(), g.finish_reason),
+            (&naive[..=first], FinishReason::Stop),
+            "{steps} steps per sync"
+        );
+        let run_steps = caches[1].offset() as usize - (ids.len() - 1);
+        let past = run_steps - g.token_ids.len();
+        assert!(
+            (1..2 * steps).contains(&past),
+            "{steps} steps per sync: {past} steps past the stop"
+        );
+    }
+
+    // The context bound holds for every step of a batch.
+    let mut config = tiny_config(2);
+    config.max_position_embeddings = 32;
+    let short = engine(config);
+    for decoding in [options(100), compiled(100)] {
+        let (g, caches) = run_keeping_caches(&short, &prompt(30), &batched(decoding, 8));
+        assert_eq!(
+            (g.token_ids.len(), g.finish_reason),
+            (3, FinishReason::Length)
+        );
+        assert_eq!(caches[1].offset(), 32);
+    }
 }
 
 #[test]

@@ -102,6 +102,10 @@ pub struct SamplingArgs {
     /// eagerly). On the GPU, pair it with `--gpu-kernels`.
     #[arg(long, value_enum, default_value = "eager")]
     pub decode: DecodeMode,
+    /// Decode steps queued on the device per host-device synchronisation
+    /// (default: 1 on cpu, 8 on gpu); tokens then arrive in bursts.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub steps_per_sync: Option<u64>,
 }
 
 fn parse_bias(text: &str) -> Result<(u32, f32), String> {

@@ -57,6 +57,9 @@ fn options(sampling: &SamplingArgs) -> Result<GenerateOptions> {
         kv_start: spec.start,
         prefill_chunk: sampling.prefill_chunk.unwrap_or(defaults.prefill_chunk),
         decode: sampling.decode,
+        steps_per_sync: sampling
+            .steps_per_sync
+            .map_or(defaults.steps_per_sync, |n| n as usize),
         ..defaults
     })
 }
