@@ -5,7 +5,9 @@
 # /tmp/site/env.sh. Usage: h200_bench.sh BINARY PROMPT_TOKENS GEN_TOKENS SIZE...
 # ROUNDS (default 2) sets the rounds; each round runs our eager decode, our
 # compiled decode, the compiled decode with our CUDA kernels (one fused
-# kernel per layer: "compiled+k"), then mlx-lm.
+# kernel per layer: "compiled+k"), the same with one step per host-device
+# synchronisation instead of the GPU default of 8 ("compiled+k s1"), then
+# mlx-lm.
 set -uo pipefail
 . /tmp/site/env.sh
 bin=$1 prompt=$2 gen=$3
@@ -40,6 +42,7 @@ for size in "$@"; do
         echo "ours eager        $size round $round: $(ours "$size" --decode eager)"
         echo "ours compiled     $size round $round: $(ours "$size" --decode compiled)"
         echo "ours compiled+k   $size round $round: $(ours "$size" --decode compiled --gpu-kernels)"
+        echo "ours compiled+k s1 $size round $round: $(ours "$size" --decode compiled --gpu-kernels --steps-per-sync 1)"
         echo "mlx-lm            $size round $round: $(theirs "$size")"
     done
     [ "${KV:-1}" = 0 ] && continue
