@@ -41,9 +41,9 @@ pub fn default_steps_per_sync(device: Device) -> usize {
 /// Eager is the default on both devices. On the CPU decoding is bound by
 /// reading the weights and both modes run at the same speed. On the H200 the
 /// compiled step with our kernels (`Gemma3::gpu_kernels`: one fused kernel
-/// per layer) decodes 1.8–2.4× as fast as eager at 270M and 1B, but
-/// compiling the kernels costs 7.6–10.6 s before the first token in every
-/// process; without our kernels it gains nothing (README, H200 section).
+/// per layer) decodes 2.0–3.5× as fast as eager at 270M and 1B, but
+/// compiling the kernels costs 10–17 s before the first token in every
+/// process; without our kernels it gains little (README, H200 section).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 pub enum DecodeMode {

@@ -1,0 +1,118 @@
+"""Where the fused decode layer's time goes, phase by phase, on the GPU machine.
+
+Builds `gemma::kernels::decode_layer`'s CUDA source (read from the crate) with
+`clock64` stamps per block around its phases and barriers, runs it through
+`mx.fast.cuda_kernel` on random bfloat16 weights of the 270M shapes (30 calls
+chained as in a decode step), and prints medians and maxima over blocks and
+calls, in µs at 1.98 GHz. Run after the setup script has written
+/tmp/site/env.sh, from the project root.
+
+Usage: python3 xtask/gpu/layer_phases.py [small|wide]
+  small: position, write slot and valid count as 4-byte arrays (MLX keeps
+         arrays of 8 bytes or less in a managed pool advised read-mostly);
+  wide:  the same values in 16-byte arrays (the default).
+"""
+import re
+import statistics
+import sys
+
+import mlx.core as mx
+
+ROOT = "crates/gemma/src/kernels/"
+SOURCES = open(ROOT + "mod.rs").read() + open(ROOT + "decode_layer.rs").read()
+C = dict(re.findall(r'const (\w+): &str = r#"(.*?)"#;', SOURCES, re.S))
+INPUTS = ["x", "w_in", "w_qkv", "q_norm", "k_norm", "w_o", "w_post_attn", "w_pre_ffn",
+          "w_gate_up", "w_down", "w_post_ffn", "position", "write_at", "valid",
+          "k_cache", "v_cache", "barrier"]
+STAMPS = 20
+GHZ = 1.98
+BLOCKS = 132
+
+
+def stamped_body():
+    """The kernel body with stamps: 0 at the start, 2k+1 / 2k+2 around
+    barrier k, 11 at the end, 12–16 inside the first two phases."""
+    body = C["DECODE_LAYER"]
+
+    def insert(anchor, text, after=True):
+        i = body.index(anchor)
+        j = i + len(anchor) if after else i
+        return body[:j] + text + body[j:]
+
+    body = insert("const float inv = rsqrtf(gemma_block_sum(ss, red) / H + EPS);", " STAMP(12);")
+    body = insert("    for (int n = gwarp; n < NQKV; n += nwarps) {", "    STAMP(13);\n", after=False)
+    body = insert("      const int chunk = (n + S - 1) / S;", "      STAMP(14);\n", after=False)
+    body = insert("      if (lane == 0) {\n        part_m[warp] = m;", "      STAMP(15);\n", after=False)
+    body = insert("      if (last_split) {", "      STAMP(16);\n", after=False)
+    parts = body.split("  gemma_grid_sync(bar, G);")
+    assert len(parts) == 6, "the kernel no longer has five grid barriers"
+    out = "  STAMP(0);\n" + parts[0]
+    for k in range(5):
+        out += f"  STAMP({2 * k + 1}); gemma_grid_sync(bar, G); STAMP({2 * k + 2});" + parts[k + 1]
+    return out + "  STAMP(11);\n"
+
+
+def run(tag, scalars, hidden, inter, heads, kv_heads, dim, capacity, valid):
+    dt = mx.bfloat16
+
+    def r(*shape):
+        return (mx.random.normal(shape) * 0.05).astype(dt)
+
+    width = 4 if scalars == "wide" else 1
+    def scalar(v):
+        return mx.array([v] * width, dtype=mx.int32)
+
+    w = [r(1, 1, hidden), r(hidden) + 1, r((heads + 2 * kv_heads) * dim, hidden), r(dim) + 1,
+         r(dim) + 1, r(hidden, heads * dim), r(hidden) + 1, r(hidden) + 1,
+         r(2 * inter, hidden), r(hidden, inter), r(hidden) + 1,
+         scalar(valid - 1), scalar(valid - 1), scalar(valid), r(1, kv_heads, capacity, dim),
+         r(1, kv_heads, capacity, dim)]
+    mx.eval(w)
+    smem = max(max(hidden, inter, heads * dim) * 2, 16 * dim * 4)
+    consts = ("  constexpr float EPS = 1e-6f;\n  constexpr float SCALE = 0.0625f;\n"
+              "  constexpr float LOG2_BASE = 13.2877f;\n  constexpr float ROPE_SCALE = 1.0f;\n")
+    stamp = f"#define STAMP(k) if (threadIdx.x == 0) {{ times[blockIdx.x * {STAMPS} + (k)] = clock64(); }}\n"
+    kernel = mx.fast.cuda_kernel(
+        name=f"layer_phases_{scalars}_{tag}", input_names=INPUTS,
+        output_names=["out", "scratch", "partials", "times"], source=consts + stamped_body(),
+        header=stamp + C["HEADER"] + C["LAYER_HEADER"])
+    barrier = mx.zeros((160,), mx.int32)
+    splits = BLOCKS // heads
+
+    def call(x):
+        return kernel(
+            inputs=[x] + w[1:] + [barrier],
+            template=[("T", dt), ("D", dim), ("HQ", heads), ("HKV", kv_heads), ("WARPS", 16), ("SMEM", smem)],
+            grid=(BLOCKS * 512, 1, 1), threadgroup=(512, 1, 1),
+            output_shapes=[(1, 1, hidden), ((heads + 2 * kv_heads) * dim + 2 * heads * dim + 3 * hidden + inter,),
+                           (heads * splits * (dim + 2),), (BLOCKS * STAMPS,)],
+            output_dtypes=[dt, dt, mx.float32, mx.int64], init_value=0)
+
+    x = w[0]
+    mx.eval(call(x))
+    times = []
+    for _ in range(30):
+        out = call(x)
+        x = out[0]
+        times.append(out[3])
+    mx.eval(times)
+    rows = [t.tolist() for t in times[10:]]
+
+    def span(a, b, label):
+        d = [t[g * STAMPS + b] - t[g * STAMPS + a] for t in rows for g in range(BLOCKS)
+             if t[g * STAMPS + a] and t[g * STAMPS + b]]
+        if not d:
+            return f"{label} -"
+        return f"{label} {statistics.median(d) / GHZ / 1000:.1f} (max {max(d) / GHZ / 1000:.1f})"
+
+    phases = [span(0, 12, "start+norm"), span(13, 1, "QKV"), span(1, 2, "barrier 1"),
+              span(2, 14, "q/k norm+RoPE"), span(14, 15, "keys"), span(15, 16, "split merge"),
+              span(16, 3, "head merge"), span(3, 4, "barrier 2"), span(4, 5, "o_proj"),
+              span(6, 7, "norms+gate/up"), span(8, 9, "down"), span(10, 11, "residual"),
+              span(0, 11, "total")]
+    print(f"{scalars} {tag}: " + " | ".join(phases), flush=True)
+
+
+scalars = sys.argv[1] if len(sys.argv) > 1 else "wide"
+run("270m_sliding", scalars, 640, 2048, 4, 1, 256, 512, 512)
+run("270m_global", scalars, 640, 2048, 4, 1, 256, 2304, 2300)
