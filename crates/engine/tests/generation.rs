@@ -565,6 +565,25 @@ fn batched_steps_give_the_tokens_of_single_steps() {
         );
     }
 
+    // Penalties over the recent tokens and seeded sampling see the same
+    // tokens and random draws, step by step, whatever the batch.
+    let sampled = GenerateOptions {
+        sampler: SamplerConfig {
+            temperature: 1.0,
+            seed: 7,
+            repetition_penalty: Some(1.5),
+            repetition_window: 6,
+            ..SamplerConfig::default()
+        },
+        ..options(40)
+    };
+    let single = run(&plain, &ids, &sampled).token_ids;
+    assert_eq!(
+        run(&plain, &ids, &batched(sampled.clone(), 8)).token_ids,
+        single
+    );
+    assert_ne!(single, naive[..40], "sampling gave the greedy ids");
+
     // The context bound holds for every step of a batch.
     let mut config = tiny_config(2);
     config.max_position_embeddings = 32;
