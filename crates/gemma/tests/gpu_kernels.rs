@@ -4,13 +4,13 @@
 mod common;
 
 use common::fixed_steps::{eager, max_diff, mixed, tiny_model};
+use common::models::random_model;
 use gemma::config::Gemma3Config;
 use gemma::decode_step::DecodeStep;
 use gemma::kernels::{
     decode_attention, decode_layer, grid_barrier, linear_row, qk_norm_rope, resident_blocks,
     residual_norms, LayerKv, Rotary,
 };
-use gemma::load::{load, LoadOptions, ModelSource};
 use gemma::model::Gemma3;
 use mlx_core::device::{is_available, set_default_device};
 use mlx_core::fast::RopeOffset;
@@ -220,15 +220,7 @@ fn decode_attention_kernel_matches_mlx_attention() {
 
 fn two_layers_of_1b() -> Gemma3 {
     let config = Gemma3Config::published("1b", Some(2)).unwrap();
-    let source = ModelSource::Random {
-        config: Box::new(config),
-        seed: 5,
-    };
-    let options = LoadOptions {
-        dtype: Dtype::Bfloat16,
-        quantize: None,
-    };
-    load(&source, options, &mut |_, _| {}).unwrap().model
+    random_model(config, Dtype::Bfloat16, 5)
 }
 
 /// Logits of a 9-token prefill and 3 single-token steps, eager or through

@@ -5,11 +5,10 @@
 
 use gemma::cache::{CacheFormat, LayerCache};
 use gemma::decode_step::DecodeStep;
-use gemma::load::{load, LoadOptions, ModelSource};
 use gemma::model::Gemma3;
 use mlx_core::{concatenate, Array, Dtype};
 
-use super::models::tiny_config;
+use super::models::{random_model, tiny_config};
 
 /// Tokens fed in all.
 pub const TOKENS: usize = 40;
@@ -26,17 +25,7 @@ pub fn tiny_model(window: usize) -> Gemma3 {
     let mut c = tiny_config(3);
     c.sliding_window = window;
     assert_eq!(c.vocab_size, VOCAB as usize);
-    let source = ModelSource::Random {
-        config: Box::new(c),
-        seed: 23,
-    };
-    let options = LoadOptions {
-        dtype: Dtype::Float32,
-        quantize: None,
-    };
-    load(&source, options, &mut |_, _| {})
-        .expect("random model")
-        .model
+    random_model(c, Dtype::Float32, 23)
 }
 
 /// The token ids fed.

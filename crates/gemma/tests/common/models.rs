@@ -7,6 +7,7 @@ use std::time::{Instant, UNIX_EPOCH};
 
 use gemma::config::Gemma3Config;
 use gemma::convert::write_hf_folder;
+use gemma::load::{load, LoadOptions, ModelSource};
 use gemma::model::Gemma3;
 use gemma::tokenizer::Tokenizer;
 use gemma::weights::gguf::GgufFile;
@@ -33,6 +34,21 @@ pub fn tiny_config(sliding_window_pattern: usize) -> Gemma3Config {
     c.sliding_window_pattern = sliding_window_pattern;
     c.rope_scaling = Some(8.0);
     c
+}
+
+/// Random weights of `config` in `dtype` from `seed`, through the loader.
+pub fn random_model(config: Gemma3Config, dtype: Dtype, seed: u64) -> Gemma3 {
+    let source = ModelSource::Random {
+        config: Box::new(config),
+        seed,
+    };
+    let options = LoadOptions {
+        dtype,
+        quantize: None,
+    };
+    load(&source, options, &mut |_, _| {})
+        .expect("random model")
+        .model
 }
 
 /// How much the tiny model's final norm gain is scaled.
