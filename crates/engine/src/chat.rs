@@ -97,8 +97,7 @@ impl ChatSession {
             }
         };
         self.cached_ids.extend_from_slice(&ids[keep..]);
-        let offset = self.caches.first().map_or(0, |c| c.offset()) as usize;
-        let fed = offset.saturating_sub(self.cached_ids.len());
+        let fed = self.cached_tokens().saturating_sub(self.cached_ids.len());
         // Steps queued past the end fed tokens that were never returned.
         let past = fed.saturating_sub(generation.token_ids.len());
         if self

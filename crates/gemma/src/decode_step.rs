@@ -20,7 +20,7 @@ use crate::kernels::LayerKv;
 use crate::model::{Gemma3, KvTarget, ModelError};
 
 /// Inputs before the per-layer buffers: the token and the slots.
-const SCALAR_INPUTS: usize = 2;
+const LEADING_INPUTS: usize = 2;
 
 /// Entries of the slots input: the global layers' position, write slot and
 /// valid count, then the sliding layers'. They travel as one array because
@@ -226,12 +226,12 @@ fn fixed_forward(model: &Gemma3, inputs: &[Array]) -> mlx_core::Result<Vec<Array
     };
     let (Some([token, slots]), buffers) = (
         inputs
-            .get(..SCALAR_INPUTS)
-            .and_then(|s| <&[Array; SCALAR_INPUTS]>::try_from(s).ok()),
-        inputs.get(SCALAR_INPUTS..).unwrap_or(&[]),
+            .get(..LEADING_INPUTS)
+            .and_then(|s| <&[Array; LEADING_INPUTS]>::try_from(s).ok()),
+        inputs.get(LEADING_INPUTS..).unwrap_or(&[]),
     ) else {
         return Err(mlx_core::Error::Host(format!(
-            "the decode step takes at least {SCALAR_INPUTS} inputs, got {}",
+            "the decode step takes at least {LEADING_INPUTS} inputs, got {}",
             inputs.len()
         )));
     };
