@@ -38,24 +38,41 @@ __device__ __forceinline__ float gemma_block_sum(float v, float* scratch) {
   return t;
 }
 
-// One warp's dot product of a weight row `w` and a row `x`, both `K` values
-// of `U` in 16-byte loads, summed in float; every lane gets it.
-template <typename U>
-__device__ __forceinline__ float gemma_dot(const U* w, const U* x, int K, int lane) {
+// One warp's dot products of `R` weight rows `w[r]` with a row `x`, all `K`
+// values of `U` in 16-byte loads (the rows' loads interleaved, so that `R`
+// times as many are in flight), each summed in float in the same order;
+// every lane gets them.
+template <int R, typename U>
+__device__ __forceinline__ void gemma_dots(const U* const* w, const U* x, int K, int lane, float* acc) {
   constexpr int V = 16 / sizeof(U);
-  const uint4* w4 = reinterpret_cast<const uint4*>(w);
   const uint4* x4 = reinterpret_cast<const uint4*>(x);
-  float acc = 0.0f;
+  #pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
   #pragma unroll 4
   for (int i = lane; i < K / V; i += 32) {
-    const uint4 wv = __ldg(w4 + i);
+    uint4 wv[R];
+    #pragma unroll
+    for (int r = 0; r < R; ++r) wv[r] = __ldg(reinterpret_cast<const uint4*>(w[r]) + i);
     const uint4 xv = x4[i];
-    const U* wp = reinterpret_cast<const U*>(&wv);
     const U* xp = reinterpret_cast<const U*>(&xv);
     #pragma unroll
-    for (int j = 0; j < V; ++j) acc += static_cast<float>(wp[j]) * static_cast<float>(xp[j]);
+    for (int r = 0; r < R; ++r) {
+      const U* wp = reinterpret_cast<const U*>(&wv[r]);
+      #pragma unroll
+      for (int j = 0; j < V; ++j) acc[r] += static_cast<float>(wp[j]) * static_cast<float>(xp[j]);
+    }
   }
-  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  #pragma unroll
+  for (int r = 0; r < R; ++r) {
+    for (int o = 16; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+  }
+}
+
+// `gemma_dots` of a single row.
+template <typename U>
+__device__ __forceinline__ float gemma_dot(const U* w, const U* x, int K, int lane) {
+  float acc;
+  gemma_dots<1>(&w, x, K, lane, &acc);
   return acc;
 }
 "#;
