@@ -15,18 +15,7 @@ shift 3
 here=$(cd "$(dirname "$0")" && pwd)
 configs=$here/../../crates/gemma/configs
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
-python3 - <<'PY'
-import time, mlx.core as mx
-a = mx.ones((1 << 29,), dtype=mx.float32)  # 2 GiB
-mx.eval(a)
-for _ in range(3):
-    mx.eval(mx.sum(a))
-t = time.perf_counter()
-for _ in range(10):
-    mx.eval(mx.sum(a))
-dt = (time.perf_counter() - t) / 10
-print(f"read bandwidth (sum over 2 GiB): {a.nbytes / dt / 1e12:.2f} TB/s")
-PY
+python3 "$here/read_bandwidth.py"
 ours() { # size, extra flags
     "$bin" generate --random-weights "$1" --device gpu --synthetic-prompt "$prompt" --max-tokens "$gen" \
         --logit-bias 1=-1e30 --logit-bias 106=-1e30 --json "${@:2}" 2>/dev/null | tail -1 |

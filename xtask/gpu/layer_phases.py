@@ -2,15 +2,17 @@
 
 Builds `gemma::kernels::decode_layer`'s CUDA source (read from the crate) with
 `clock64` stamps per block around its phases and barriers, runs it through
-`mx.fast.cuda_kernel` on random bfloat16 weights of the 270M shapes (30 calls
-chained as in a decode step), and prints medians and maxima over blocks and
-calls, in µs at 1.98 GHz. Run after the setup script has written
-/tmp/site/env.sh, from the project root.
+`mx.fast.cuda_kernel` on random bfloat16 weights of one layer of the given
+Gemma 3 sizes (30 calls chained as in a decode step; a sliding-window layer
+with a full window, then a global one at 2300 keys), and prints medians and
+maxima over blocks and calls, in µs at 1.98 GHz. Run after the setup script
+has written /tmp/site/env.sh, from the project root.
 
-Usage: python3 xtask/gpu/layer_phases.py [small|wide]
+Usage: python3 xtask/gpu/layer_phases.py [small|wide] [270m|1b|27b ...]
   small: position, write slot and valid count as 4-byte arrays (MLX keeps
          arrays of 8 bytes or less in a managed pool advised read-mostly);
   wide:  the same values in 16-byte arrays (the default).
+Sizes default to 270m.
 """
 import re
 import statistics
@@ -113,6 +115,15 @@ def run(tag, scalars, hidden, inter, heads, kv_heads, dim, capacity, valid):
     print(f"{scalars} {tag}: " + " | ".join(phases), flush=True)
 
 
+# hidden, intermediate, query heads, key/value heads, head dim, sliding window
+SHAPES = {
+    "270m": (640, 2048, 4, 1, 256, 512),
+    "1b": (1152, 6912, 4, 1, 256, 512),
+    "27b": (5376, 21504, 32, 16, 128, 1024),
+}
+
 scalars = sys.argv[1] if len(sys.argv) > 1 else "wide"
-run("270m_sliding", scalars, 640, 2048, 4, 1, 256, 512, 512)
-run("270m_global", scalars, 640, 2048, 4, 1, 256, 2304, 2300)
+for size in sys.argv[2:] or ["270m"]:
+    hidden, inter, heads, kv_heads, dim, window = SHAPES[size]
+    run(f"{size}_sliding", scalars, hidden, inter, heads, kv_heads, dim, window, window)
+    run(f"{size}_global", scalars, hidden, inter, heads, kv_heads, dim, 2304, 2300)

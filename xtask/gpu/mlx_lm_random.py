@@ -3,7 +3,8 @@ generation speed, for side-by-side runs with `gemma-mlx generate
 --random-weights SIZE --synthetic-prompt N` on the GPU machine.
 
 Usage: python3 mlx_lm_random.py CONFIG.json PROMPT_TOKENS GEN_TOKENS [kv_bits]
-Prints one JSON line: prompt_tps, generation_tps, ttft_s, peak_memory_bytes.
+Prints one JSON line: prompt_tps, generation_tps, ttft_s, peak_memory_bytes,
+weight_bytes (the parameters' bytes, for the bandwidth bound).
 The prompt is the same synthetic sequence `gemma-mlx --synthetic-prompt`
 builds: <bos> then a fixed linear congruential sequence over ids 1000..200000.
 """
@@ -14,6 +15,7 @@ import time
 import mlx.core as mx
 from mlx_lm.generate import generate_step
 from mlx_lm.models import gemma3_text
+from mlx.utils import tree_flatten
 
 
 def synthetic_prompt(n):
@@ -55,6 +57,7 @@ def main():
         "ttft_s": first - start,
         "generation_tokens": n,
         "peak_memory_bytes": mx.get_peak_memory(),
+        "weight_bytes": sum(a.nbytes for _, a in tree_flatten(model.parameters())),
     }))
 
 
