@@ -163,9 +163,10 @@ pub fn generate(
         clock = now;
     };
     // Batches of steps queued on the device and not yet read back, oldest
-    // first, each packed into one array; the token ids and finiteness flags
-    // read back and not yet handed on; and the steps of both. The first step
-    // runs alone, so that the first token is not held back.
+    // first, each packed into one array, and the token ids and finiteness
+    // flags read back and not yet handed on; `in_flight` counts the steps of
+    // both. The first step runs alone, so that the first token is not held
+    // back.
     let mut batches: VecDeque<Array> = VecDeque::new();
     let mut read: VecDeque<(u32, bool)> = VecDeque::new();
     let (mut last_token, first_finite) =
