@@ -16,10 +16,16 @@ here=$(cd "$(dirname "$0")" && pwd)
 configs=$here/../../crates/gemma/configs
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 python3 "$here/read_bandwidth.py"
-ours() { # size, extra flags
-    "$bin" generate --random-weights "$1" --device gpu --synthetic-prompt "$prompt" --max-tokens "$gen" \
-        --logit-bias 1=-1e30 --logit-bias 106=-1e30 --json "${@:2}" 2>/dev/null | tail -1 |
-        python3 -c 'import json,sys; r=json.load(sys.stdin); print(json.dumps({k: r[k] for k in ("prompt_tps","generation_tps","ttft_s","generation_tokens","peak_memory_bytes")}))'
+errors=$(mktemp)
+ours() { # size, extra flags; a failed run prints the end of its error output
+    local out
+    if out=$("$bin" generate --random-weights "$1" --device gpu --synthetic-prompt "$prompt" --max-tokens "$gen" \
+        --logit-bias 1=-1e30 --logit-bias 106=-1e30 --json "${@:2}" 2>"$errors"); then
+        tail -1 <<<"$out" |
+            python3 -c 'import json,sys; r=json.load(sys.stdin); print(json.dumps({k: r[k] for k in ("prompt_tps","generation_tps","ttft_s","generation_tokens","peak_memory_bytes")}))'
+    else
+        echo "failed: $(tail -3 "$errors" | tr '\n' ' ')"
+    fi
 }
 theirs() { python3 "$here/mlx_lm_random.py" "$configs/gemma3-$1.json" "$prompt" "$gen"; }
 for size in "$@"; do
