@@ -124,7 +124,7 @@ const DECODE_LAYER: &str = r#"
   constexpr int HALF = D / 2;
   constexpr int PAIRS = HALF / 32;
   constexpr int E = D / 32;
-  // Bytes of weights fetched ahead into the L2 cache per phase.
+  // The most bytes of gate/up weights fetched ahead into the L2 cache.
   constexpr size_t L2_PREFETCH = size_t(24) << 20;
   __shared__ __align__(16) unsigned char smem[SMEM];
   __shared__ float red[32];
