@@ -4,9 +4,12 @@
 //! which drives the rotating cache through its ring buffer and through
 //! chunked prefill past the window.
 
+mod common;
+
+use common::fixed_steps::max_diff;
+use common::models::random_model;
 use gemma::cache::{CacheFormat, KvFormat, LayerCache};
 use gemma::config::Gemma3Config;
-use gemma::load::{load, LoadOptions, ModelSource};
 use gemma::model::Gemma3;
 use mlx_core::{concatenate, Array, Dtype};
 
@@ -28,18 +31,9 @@ fn tiny_config(window: usize) -> Gemma3Config {
 }
 
 fn tiny_model(window: usize) -> Gemma3 {
-    let source = ModelSource::Random {
-        config: Box::new(tiny_config(window)),
-        seed: 17,
-    };
-    let options = LoadOptions {
-        dtype: Dtype::Float32,
-        quantize: None,
-    };
-    let loaded = load(&source, options, &mut |_, _| {}).expect("random model");
-    assert_eq!(loaded.model.layers.len(), 3);
-    assert!(loaded.tokenizer.is_none());
-    loaded.model
+    let model = random_model(tiny_config(window), Dtype::Float32, 17);
+    assert_eq!(model.layers.len(), 3);
+    model
 }
 
 /// 40 token ids below the vocabulary size.
@@ -66,13 +60,6 @@ fn logits(model: &Gemma3, format: CacheFormat, chunk: usize) -> Vec<f32> {
     let all = concatenate(&parts, 1).expect("concatenate");
     assert_eq!(all.shape(), vec![1, TOKENS as i32, 256]);
     all.to_vec::<f32>().expect("logits")
-}
-
-fn max_diff(a: &[f32], b: &[f32]) -> f32 {
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
 }
 
 fn max_abs(a: &[f32]) -> f32 {

@@ -1,5 +1,6 @@
-//! Helpers shared by the mlx-lm parity tests (`parity_*.rs`) and the KV
-//! quantization fidelity test (`kv_quant_fidelity.rs`):
+//! Helpers shared by the crate's integration tests (the mlx-lm parity tests
+//! `parity_*.rs`, `kv_quant_fidelity.rs`, `decode_step.rs`, `cache_model.rs`
+//! and `gpu_kernels.rs`):
 //!
 //! - [`mlx_lm`] runs `tests/mlx_lm/reference.py` (mlx-lm 0.32.2) and reads
 //!   what it wrote;
