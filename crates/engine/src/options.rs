@@ -25,10 +25,10 @@ pub fn default_prefill_chunk(device: Device) -> usize {
 
 /// Decode steps queued per host-device synchronisation by default on
 /// `device`: 1 on the CPU, where batching gained nothing measurable and
-/// tokens stream one by one; 8 on the GPU, where MLX's end-of-evaluation
-/// signal costs enough that batches of 8 decoded 1.16–1.51× as many tokens
-/// per second as single steps on the H200 (270M and 1B shapes, compiled
-/// step with our kernels; README, H200 section).
+/// tokens stream one by one; 8 on the GPU, where keeping the device busy
+/// while the host waits and builds made batches of 8 decode 1.16–1.56× as
+/// many tokens per second as single steps on the H200 (270M and 1B shapes,
+/// compiled step with our kernels; README, H200 section).
 pub fn default_steps_per_sync(device: Device) -> usize {
     match device {
         Device::Cpu => 1,
@@ -41,8 +41,8 @@ pub fn default_steps_per_sync(device: Device) -> usize {
 /// Eager is the default on both devices. On the CPU decoding is bound by
 /// reading the weights and both modes run at the same speed. On the H200 the
 /// compiled step with our kernels (`Gemma3::gpu_kernels`: one fused kernel
-/// per layer) decodes 2.0–3.5× as fast as eager at 270M and 1B, but
-/// compiling the kernels costs 10–17 s before the first token in every
+/// per layer) decodes 2.0–4.7× as fast as eager at 270M and 1B, but
+/// compiling the kernels costs 8–12 s before the first token in every
 /// process; without our kernels it gains little (README, H200 section).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
@@ -78,12 +78,13 @@ pub struct GenerateOptions {
     /// How tokens after the prompt are decoded.
     pub decode: DecodeMode,
     /// Decode steps queued on the device as one evaluation (at least 1); the
-    /// next batch is queued while the device still runs one. Each evaluation
-    /// costs a host-device synchronisation (MLX signals its end through
-    /// managed memory). With more than 1, tokens arrive in bursts, and a stop
-    /// leaves up to `2 × steps_per_sync − 1` steps run past it: the caches
-    /// then hold tokens after the returned ones (a [`crate::chat::ChatSession`]
-    /// trims them).
+    /// next batch is queued while the device still runs one, and read back
+    /// as one array. Each evaluation costs a host-device synchronisation
+    /// (MLX signals its end through managed memory). With more than 1,
+    /// tokens arrive in bursts, and a stop leaves up to
+    /// `2 × steps_per_sync − 1` steps run past it: the caches then hold
+    /// tokens after the returned ones (a [`crate::chat::ChatSession`] trims
+    /// them).
     pub steps_per_sync: usize,
     /// Set from any thread to stop the generation at the next token.
     pub cancel: Arc<AtomicBool>,
