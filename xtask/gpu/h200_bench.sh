@@ -17,6 +17,7 @@ configs=$here/../../crates/gemma/configs
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 python3 "$here/read_bandwidth.py"
 errors=$(mktemp)
+trap 'rm -f "$errors"' EXIT
 ours() { # size, extra flags; a failed run prints the end of its error output
     local out
     if out=$("$bin" generate --random-weights "$1" --device gpu --synthetic-prompt "$prompt" --max-tokens "$gen" \
