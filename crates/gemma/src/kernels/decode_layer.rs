@@ -85,6 +85,8 @@ __device__ __forceinline__ void gemma_prefetch_l2(const void* p, size_t bytes) {
 template <int N> struct gemma_bits;
 template <> struct gemma_bits<2> { using type = unsigned short; };
 template <> struct gemma_bits<4> { using type = unsigned int; };
+template <> struct gemma_bits<8> { using type = uint2; };
+template <> struct gemma_bits<16> { using type = uint4; };
 
 // A load that bypasses L1, for data other blocks wrote in this kernel.
 template <typename U>
@@ -94,6 +96,20 @@ __device__ __forceinline__ U gemma_load(const U* p) {
   U u;
   memcpy(&u, &b, sizeof(U));
   return u;
+}
+
+// `N` consecutive values at `p` (N·sizeof(U) a multiple of 4 bytes, `p`
+// aligned to the load size) in loads of up to 16 bytes that bypass L1.
+template <typename U, int N>
+__device__ __forceinline__ void gemma_load_n(const U* p, U* out) {
+  constexpr int BYTES = N * static_cast<int>(sizeof(U));
+  constexpr int CHUNK = BYTES < 16 ? BYTES : 16;
+  using Bits = typename gemma_bits<CHUNK>::type;
+  #pragma unroll
+  for (int c = 0; c < BYTES / CHUNK; ++c) {
+    const Bits b = __ldcg(reinterpret_cast<const Bits*>(p) + c);
+    memcpy(reinterpret_cast<char*>(out) + c * CHUNK, &b, CHUNK);
+  }
 }
 
 // mlx's gelu_approx(g) · u, rounding to `U` after every operation as MLX's
@@ -263,27 +279,56 @@ const DECODE_LAYER: &str = r#"
         qv[e] = head_q[lane * E + e] * SCALE;
         acc[e] = 0.0f;
       }
+      // Each warp reads U keys' and values' rows at once (keys j, j + WARPS,
+      // …), so that their loads are in flight together.
+      constexpr int U = E >= 8 ? 4 : 8;
       float m = -INFINITY;
       float l = 0.0f;
-      for (int j = begin + warp; j < end; j += WARPS) {
-        const bool fresh = j == at;
-        const T* kr = kc + head + static_cast<size_t>(j) * D;
-        float sc = 0.0f;
+      for (int j0 = begin + warp; j0 < end; j0 += U * WARPS) {
+        T kr[U][E];
+        T vr[U][E];
         #pragma unroll
-        for (int e = 0; e < E; ++e) {
-          const float k = fresh ? head_k[lane * E + e] : static_cast<float>(gemma_load(kr + e));
-          sc += qv[e] * k;
+        for (int u = 0; u < U; ++u) {
+          const int j = j0 + u * WARPS < end ? j0 + u * WARPS : j0;
+          const size_t row = head + static_cast<size_t>(j) * D;
+          gemma_load_n<T, E>(kc + row, kr[u]);
+          gemma_load_n<T, E>(vc + row, vr[u]);
         }
-        for (int o2 = 16; o2 > 0; o2 >>= 1) sc += __shfl_xor_sync(0xffffffffu, sc, o2);
-        const float m_new = fmaxf(m, sc);
-        const float corr = expf(m - m_new);
-        const float p = expf(sc - m_new);
-        l = l * corr + p;
-        const T* vr = vc + head + static_cast<size_t>(j) * D;
+        float sc[U];
         #pragma unroll
-        for (int e = 0; e < E; ++e) {
-          const float v = fresh ? head_v[lane * E + e] : static_cast<float>(gemma_load(vr + e));
-          acc[e] = acc[e] * corr + p * v;
+        for (int u = 0; u < U; ++u) {
+          const bool fresh = j0 + u * WARPS == at;
+          sc[u] = 0.0f;
+          #pragma unroll
+          for (int e = 0; e < E; ++e) {
+            const float k = fresh ? head_k[lane * E + e] : static_cast<float>(kr[u][e]);
+            sc[u] += qv[e] * k;
+          }
+        }
+        for (int o2 = 16; o2 > 0; o2 >>= 1) {
+          #pragma unroll
+          for (int u = 0; u < U; ++u) sc[u] += __shfl_xor_sync(0xffffffffu, sc[u], o2);
+        }
+        float m_new = m;
+        #pragma unroll
+        for (int u = 0; u < U; ++u) {
+          if (j0 + u * WARPS < end) m_new = fmaxf(m_new, sc[u]);
+        }
+        const float corr = expf(m - m_new);
+        l *= corr;
+        #pragma unroll
+        for (int e = 0; e < E; ++e) acc[e] *= corr;
+        #pragma unroll
+        for (int u = 0; u < U; ++u) {
+          if (j0 + u * WARPS >= end) break;
+          const bool fresh = j0 + u * WARPS == at;
+          const float p = expf(sc[u] - m_new);
+          l += p;
+          #pragma unroll
+          for (int e = 0; e < E; ++e) {
+            const float v = fresh ? head_v[lane * E + e] : static_cast<float>(vr[u][e]);
+            acc[e] += p * v;
+          }
         }
         m = m_new;
       }
