@@ -259,12 +259,14 @@ const DECODE_LAYER: &str = r#"
           }
         }
       } else if (warp == 2) {
-        const T* src = qkv + (HQ + HKV) * D + kvh * D;
-        T* row = vc + (static_cast<size_t>(kvh) * capacity + at) * D;
-        for (int i = lane; i < D; i += 32) {
-          const T v = gemma_load(src + i);
-          head_v[i] = static_cast<float>(v);
-          if (writer) row[i] = v;
+        // Each lane E values, loaded at once before any store.
+        T v[E];
+        gemma_load_n<T, E>(qkv + (HQ + HKV) * D + kvh * D + lane * E, v);
+        T* row = vc + (static_cast<size_t>(kvh) * capacity + at) * D + lane * E;
+        #pragma unroll
+        for (int e = 0; e < E; ++e) {
+          head_v[lane * E + e] = static_cast<float>(v[e]);
+          if (writer) row[e] = v[e];
         }
       }
       __syncthreads();
