@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use gemma::cache::LayerCache;
 use gemma::decode_step::DecodeStep;
+use gemma::kernels::GreedyPick;
 use gemma::model::Gemma3;
 use gemma::tokenizer::{StreamingDecoder, Tokenizer};
 use mlx_core::{async_eval, concatenate, memory, Array, Dtype};
@@ -140,19 +141,32 @@ pub fn generate(
     } else {
         None
     };
+    // With our GPU kernels and a plain greedy pick, one kernel takes each
+    // step's argmax and finiteness check.
+    let greedy = if sampler.picks_biased_argmax() && model.runs_gpu_kernels()? {
+        GreedyPick::new(model.config.vocab_size as i32, sampler.logit_bias_pairs())?
+    } else {
+        None
+    };
+    // One decode step: its token id and finiteness flag as one uint32 `[2]`.
     let step = |input: &Array,
                 caches: &mut [LayerCache],
                 sampler: &mut Sampler,
                 history: Option<&Array>|
-     -> Result<(Array, Array), GenerateError> {
+     -> Result<Array, GenerateError> {
         let logits = match &fixed {
             Some(fixed) => fixed.forward(input, caches)?,
             None => model.forward(input, caches)?,
         };
-        let logits = last_position(&logits)?.astype(Dtype::Float32)?;
+        let logits = last_position(&logits)?;
+        let picked = greedy.as_ref().map(|g| g.pick(&logits)).transpose()?;
+        if let Some(picked) = picked.flatten() {
+            return Ok(picked);
+        }
+        let logits = logits.astype(Dtype::Float32)?;
         let finite = logits.isfinite()?.all_all()?;
         let token = sampler.sample(&logits, history)?;
-        Ok((token, finite))
+        step_pair(&token, &finite)
     };
 
     let mut host = DecodeHostTimes::default();
@@ -169,10 +183,9 @@ pub fn generate(
     // back.
     let mut batches: VecDeque<Array> = VecDeque::new();
     let mut read: VecDeque<(u32, bool)> = VecDeque::new();
-    let (mut last_token, first_finite) =
-        step(&token_array(last)?, caches, &mut sampler, history.as_ref())?;
+    let first = step(&token_array(last)?, caches, &mut sampler, history.as_ref())?;
+    let mut last_token = step_token(&first)?;
     lap(&mut host.build_s);
-    let first = pack_steps(&[(last_token.clone(), first_finite)])?;
     async_eval(&[&first])?;
     lap(&mut host.queue_s);
     batches.push_back(first);
@@ -198,7 +211,7 @@ pub fn generate(
         // still has a batch to run. Step s feeds token s − 1 at position
         // `cached + prompt.len() + s − 1`, which must lie inside the context.
         if in_flight <= batch {
-            let mut queued: Vec<(Array, Array)> = Vec::with_capacity(batch);
+            let mut queued: Vec<Array> = Vec::with_capacity(batch);
             while queued.len() < batch
                 && steps < max_tokens
                 && cached + prompt.len() + steps - 1 < context
@@ -215,7 +228,7 @@ pub fn generate(
                     &mut sampler,
                     history.as_ref(),
                 )?;
-                last_token = next.0.clone();
+                last_token = step_token(&next)?;
                 queued.push(next);
                 steps += 1;
             }
@@ -327,21 +340,34 @@ pub fn generate(
     })
 }
 
-/// The token ids and finiteness flags of queued decode steps, packed into
-/// one uint32 array `[id, finite, id, finite, …]`, so that the evaluation of
-/// a batch of steps has a single output: MLX's CUDA backend signals the end
-/// of every output of an evaluation with its own kernel (Nsight Compute found
-/// one per output on the H200, at 60–250 µs each).
-fn pack_steps(steps: &[(Array, Array)]) -> Result<Array, GenerateError> {
-    let mut parts = Vec::with_capacity(2 * steps.len());
-    for (token, finite) in steps {
-        parts.push(token.astype(Dtype::Uint32)?.reshape(&[1])?);
-        parts.push(finite.astype(Dtype::Uint32)?.reshape(&[1])?);
-    }
-    Ok(concatenate(&parts.iter().collect::<Vec<_>>(), 0)?)
+/// The token id of a decode step's `[id, finite]` (uint32 `[2]`), as `[1]`:
+/// the next step's input. The steps of a batch are concatenated into one
+/// array, so that the evaluation of the batch has a single output: MLX's
+/// CUDA backend signals the end of every output of an evaluation with its
+/// own kernel (Nsight Compute found one per output on the H200, at
+/// 60–250 µs each).
+fn step_token(step: &Array) -> Result<Array, GenerateError> {
+    Ok(step.slice(&[0], &[1], &[1])?)
 }
 
-/// The (token id, logits finite) pairs of [`pack_steps`]' values, read back.
+/// A decode step's token id and finiteness flag (any integer and boolean
+/// arrays of one value) as one uint32 `[id, finite]`.
+fn step_pair(token: &Array, finite: &Array) -> Result<Array, GenerateError> {
+    Ok(concatenate(
+        &[
+            &token.astype(Dtype::Uint32)?.reshape(&[1])?,
+            &finite.astype(Dtype::Uint32)?.reshape(&[1])?,
+        ],
+        0,
+    )?)
+}
+
+/// The `[id, finite]` pairs of a batch of decode steps as one array.
+fn pack_steps(steps: &[Array]) -> Result<Array, GenerateError> {
+    Ok(concatenate(&steps.iter().collect::<Vec<_>>(), 0)?)
+}
+
+/// The (token id, logits finite) pairs of a batch of steps, read back.
 fn unpack_steps(values: &[u32]) -> impl Iterator<Item = (u32, bool)> + '_ {
     values.chunks_exact(2).map(|pair| (pair[0], pair[1] != 0))
 }
@@ -382,14 +408,18 @@ fn stop_string_end(text: &str, stops: &[String]) -> Option<usize> {
 mod tests {
     use mlx_core::{Array, Dtype};
 
-    use super::{held_back, pack_steps, prefill_chunks, stop_string_end, unpack_steps};
+    use super::{
+        held_back, pack_steps, prefill_chunks, step_pair, step_token, stop_string_end, unpack_steps,
+    };
 
     #[test]
     fn packed_steps_read_back_as_their_tokens_and_flags() {
         let step = |id: u32, finite: bool| {
             let token = Array::from_slice(&[id], &[1]).unwrap();
             let flag = Array::scalar(f64::from(u8::from(finite)), Dtype::Bool).unwrap();
-            (token, flag)
+            let pair = step_pair(&token, &flag).unwrap();
+            assert_eq!(step_token(&pair).unwrap().to_vec::<u32>().unwrap(), [id]);
+            pair
         };
         let steps = [step(5, true), step(262_143, false), step(0, true)];
         let packed = pack_steps(&steps).unwrap();

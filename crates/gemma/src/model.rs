@@ -136,6 +136,12 @@ impl Gemma3 {
         self.logits(&h)
     }
 
+    /// Whether a forward pass runs our GPU kernels now ([`Gemma3::gpu_kernels`]
+    /// and the default device is the GPU).
+    pub fn runs_gpu_kernels(&self) -> mlx_core::Result<bool> {
+        Ok(self.placement()?.kernels)
+    }
+
     /// Where a forward pass computes now: on the default device, with our
     /// kernels if asked for and on the GPU.
     fn placement(&self) -> mlx_core::Result<Placement> {

@@ -342,3 +342,118 @@ fn fused_layer_kernels_give_the_logits_of_the_eager_pass() {
     let model = two_layers_of_1b();
     assert!(layer_kernel_takes(&model));
 }
+
+/// A logit bias: (token id, bias) pairs.
+type Bias = Vec<(u32, f32)>;
+
+/// The greedy pick of `logits` plus `bias` computed on the host: the first
+/// id of the largest biased value, and whether every logit is finite.
+fn host_pick(logits: &[f32], bias: &[(u32, f32)]) -> (u32, bool) {
+    let mut biased = logits.to_vec();
+    for &(id, b) in bias {
+        biased[id as usize] += b;
+    }
+    let best = biased
+        .iter()
+        .enumerate()
+        .fold(
+            (0, f32::NEG_INFINITY),
+            |(at, m), (i, &v)| {
+                if v > m {
+                    (i, v)
+                } else {
+                    (at, m)
+                }
+            },
+        );
+    (best.0 as u32, logits.iter().all(|v| v.is_finite()))
+}
+
+#[test]
+fn greedy_pick_kernel_matches_mlx_argmax() {
+    if !on_gpu() {
+        return;
+    }
+    let vocab = 262_144;
+    // Logits on a grid of quarters from -10 to 10: the largest value is
+    // held by many ids, so the ties are exercised (the lowest id wins).
+    let mut state = 0x2545_f491_u32;
+    let grid: Vec<f32> = (0..vocab)
+        .map(|_| {
+            state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            ((state >> 8) % 81) as f32 / 4.0 - 10.0
+        })
+        .collect();
+    let top = grid.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+    let tied: Vec<u32> = (0..vocab as u32)
+        .filter(|&i| grid[i as usize] == top)
+        .collect();
+    assert!(
+        tied.len() > 100,
+        "{} ids hold the largest logit",
+        tied.len()
+    );
+    let mut with_inf = grid.clone();
+    with_inf[7] = f32::INFINITY;
+    let mut with_nan = grid.clone();
+    with_nan[vocab as usize - 1] = f32::NAN;
+    let cases: [(&str, &[f32], Bias); 6] = [
+        ("no bias", &grid, vec![]),
+        ("the first tied id banned", &grid, vec![(tied[0], -1e30)]),
+        (
+            "the first two banned, a later tie biased by 0",
+            &grid,
+            vec![(tied[0], -1e30), (tied[1], -1e30), (tied[5], 0.0)],
+        ),
+        ("a low logit lifted to the top", &grid, vec![(3, 40.0)]),
+        ("an infinite logit", &with_inf, vec![(1, -1e30)]),
+        ("a NaN logit", &with_nan, vec![]),
+    ];
+    for dtype in [Dtype::Bfloat16, Dtype::Float32] {
+        for (name, values, bias) in &cases {
+            let logits = Array::from_slice(values, &[1, vocab])
+                .unwrap()
+                .astype(dtype)
+                .unwrap();
+            let pick = gemma::kernels::GreedyPick::new(vocab, bias)
+                .unwrap()
+                .expect("distinct ids inside the vocabulary");
+            let picked = pick
+                .pick(&logits)
+                .unwrap()
+                .expect("a 262,144-entry row suits the kernel")
+                .to_vec::<u32>()
+                .unwrap();
+            let (id, finite) = host_pick(&floats(&logits), bias);
+            assert_eq!(picked[1] != 0, finite, "{dtype:?}, {name}: finiteness");
+            if !finite {
+                continue;
+            }
+            let mut dense = vec![0f32; vocab as usize];
+            for &(i, b) in bias {
+                dense[i as usize] = b;
+            }
+            let mlx = logits
+                .astype(Dtype::Float32)
+                .unwrap()
+                .add(&Array::from_slice(&dense, &[1, vocab]).unwrap())
+                .unwrap()
+                .argmax(-1, false)
+                .unwrap()
+                .astype(Dtype::Uint32)
+                .unwrap()
+                .to_vec::<u32>()
+                .unwrap();
+            eprintln!(
+                "{dtype:?}, {name}: kernel {}, host {id}, MLX {}",
+                picked[0], mlx[0]
+            );
+            assert_eq!(picked[0], id, "{dtype:?}, {name}: against the host");
+            assert_eq!(picked[0], mlx[0], "{dtype:?}, {name}: against MLX");
+        }
+    }
+    let repeated = gemma::kernels::GreedyPick::new(vocab, &[(5, 1.0), (5, 2.0)]).unwrap();
+    assert!(repeated.is_none(), "a repeated id is refused");
+    let outside = gemma::kernels::GreedyPick::new(vocab, &[(vocab as u32, 1.0)]).unwrap();
+    assert!(outside.is_none(), "an id outside the vocabulary is refused");
+}

@@ -96,6 +96,8 @@ pub struct LogitBias {
     biases: Array,
     /// The largest id, checked against the vocabulary on every use.
     max_token: u32,
+    /// The distinct (token id, summed bias) pairs, ascending by id.
+    pairs: Vec<(u32, f32)>,
 }
 
 impl LogitBias {
@@ -119,12 +121,18 @@ impl LogitBias {
             value: format!("{} entries", merged.len()),
             expected: "at most 2147483647 distinct tokens",
         })?;
-        let (ids, values): (Vec<u32>, Vec<f32>) = merged.into_iter().unzip();
+        let (ids, values): (Vec<u32>, Vec<f32>) = merged.iter().copied().unzip();
         Ok(Some(LogitBias {
             tokens: Array::from_slice(&ids, &[1, count])?,
             biases: Array::from_slice(&values, &[1, count])?,
             max_token,
+            pairs: merged,
         }))
+    }
+
+    /// The distinct (token id, summed bias) pairs, ascending by id.
+    pub fn pairs(&self) -> &[(u32, f32)] {
+        &self.pairs
     }
 
     /// Adds the biases to `logits` (`[1, vocab]` float32).

@@ -35,6 +35,18 @@ impl Sampler {
         self.config.temperature == 0.0
     }
 
+    /// Whether the pick is the argmax of the logits plus the logit bias
+    /// alone: greedy, with no penalty (which would read the history).
+    pub fn picks_biased_argmax(&self) -> bool {
+        self.is_greedy() && self.config.history_window() == 0
+    }
+
+    /// The distinct (token id, summed bias) pairs of the logit bias,
+    /// ascending by id (empty without a bias).
+    pub fn logit_bias_pairs(&self) -> &[(u32, f32)] {
+        self.bias.as_ref().map_or(&[], LogitBias::pairs)
+    }
+
     /// The settings.
     pub fn config(&self) -> &SamplerConfig {
         &self.config

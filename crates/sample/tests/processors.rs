@@ -139,6 +139,33 @@ fn logit_bias_adds_and_sums_repeated_ids() {
 }
 
 #[test]
+fn the_bias_pairs_are_merged_and_a_plain_greedy_pick_is_told_apart() {
+    let config = SamplerConfig {
+        logit_bias: vec![(5, -0.5), (1, 1.0), (1, 0.25)],
+        ..Default::default()
+    };
+    let greedy = Sampler::new(config.clone()).unwrap();
+    assert_eq!(greedy.logit_bias_pairs(), &[(1, 1.25), (5, -0.5)]);
+    assert!(greedy.picks_biased_argmax());
+    let penalised = Sampler::new(SamplerConfig {
+        repetition_penalty: Some(1.1),
+        ..config.clone()
+    })
+    .unwrap();
+    assert!(!penalised.picks_biased_argmax());
+    let sampled = Sampler::new(SamplerConfig {
+        temperature: 0.7,
+        ..config
+    })
+    .unwrap();
+    assert!(!sampled.picks_biased_argmax());
+    assert!(Sampler::new(SamplerConfig::default())
+        .unwrap()
+        .logit_bias_pairs()
+        .is_empty());
+}
+
+#[test]
 fn processors_apply_bias_then_repetition_then_presence_then_frequency() {
     let config = windowed(SamplerConfig {
         logit_bias: vec![(1, 1.0)],

@@ -13,10 +13,12 @@ use std::sync::{Arc, Mutex, OnceLock};
 use fnv::FnvHasher;
 
 mod decode_layer;
+mod greedy;
 
 pub use decode_layer::{
     decode_layer, grid_barrier, resident_blocks, LayerGeometry, LayerKv, LayerWeights,
 };
+pub use greedy::GreedyPick;
 
 use mlx_core::fast::{rms_norm, rope, RopeOffset};
 use mlx_core::kernel::{CudaKernel, Launch, OutputSpec, TemplateArg};

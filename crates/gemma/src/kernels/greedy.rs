@@ -1,0 +1,171 @@
+//! The greedy pick of a decode step as one GPU kernel: the argmax of the
+//! logits plus a sparse logit bias, and whether every logit is finite.
+//!
+//! MLX's operations for the same (the float cast, the non-finite check and
+//! its reduction, the bias's gather and scatter, and a one-block argmax)
+//! took about 13 kernels and 85 µs per step on the H200.
+
+use mlx_core::kernel::{Launch, OutputSpec, TemplateArg};
+use mlx_core::{Array, Dtype};
+
+use super::{kernel_with_constants, one};
+
+/// Threads of the kernel's single block (32 warps).
+const THREADS: i32 = 1024;
+
+/// The kernel body. `mask` flags the biased ids (bit `i % 32` of word
+/// `i / 32`): the main pass skips them and the first `NB` threads score
+/// them as `float(logit) + bias`. Ties go to the lowest id, as in MLX's
+/// argmax; NaN never wins (the finiteness flag reports it).
+const GREEDY: &str = r#"
+  constexpr int VEC = 16 / sizeof(T);
+  __shared__ float top_value[32];
+  __shared__ unsigned int top_id[32];
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  float best = -INFINITY;
+  unsigned int at = 0xffffffffu;
+  bool finite = true;
+  const uint4* chunks = reinterpret_cast<const uint4*>(logits);
+  #pragma unroll 4
+  for (int c = threadIdx.x; c < V / VEC; c += blockDim.x) {
+    const uint4 raw = chunks[c];
+    const T* vals = reinterpret_cast<const T*>(&raw);
+    const unsigned int skip = __ldg(mask + c * VEC / 32) >> (c * VEC % 32);
+    #pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      const float x = static_cast<float>(vals[k]);
+      finite = finite && isfinite(x);
+      if (!((skip >> k) & 1u) && x > best) {
+        best = x;
+        at = c * VEC + k;
+      }
+    }
+  }
+  for (int b = threadIdx.x; b < NB; b += blockDim.x) {
+    const unsigned int id = bias_ids[b];
+    const float x = static_cast<float>(logits[id]) + bias_values[b];
+    if (x > best || (x == best && id < at)) {
+      best = x;
+      at = id;
+    }
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    const float other = __shfl_xor_sync(0xffffffffu, best, o);
+    const unsigned int other_at = __shfl_xor_sync(0xffffffffu, at, o);
+    if (other > best || (other == best && other_at < at)) {
+      best = other;
+      at = other_at;
+    }
+  }
+  if (lane == 0) {
+    top_value[warp] = best;
+    top_id[warp] = at;
+  }
+  const bool all_finite = __syncthreads_and(finite);
+  if (warp == 0) {
+    const int warps = blockDim.x >> 5;
+    best = lane < warps ? top_value[lane] : -INFINITY;
+    at = lane < warps ? top_id[lane] : 0xffffffffu;
+    for (int o = 16; o > 0; o >>= 1) {
+      const float other = __shfl_xor_sync(0xffffffffu, best, o);
+      const unsigned int other_at = __shfl_xor_sync(0xffffffffu, at, o);
+      if (other > best || (other == best && other_at < at)) {
+        best = other;
+        at = other_at;
+      }
+    }
+    if (lane == 0) {
+      picked[0] = at;
+      picked[1] = all_finite ? 1u : 0u;
+    }
+  }
+"#;
+
+/// A logit bias laid out for [`GreedyPick::pick`], built once per
+/// generation.
+#[derive(Debug)]
+pub struct GreedyPick {
+    /// Entries of the logits row.
+    vocab: i32,
+    /// One bit per id, set for the biased ids, `[ceil(vocab / 32)]` uint32.
+    mask: Array,
+    /// The biased ids, `[n]` uint32 (one unread entry when there are none:
+    /// every input of a kernel holds data).
+    ids: Array,
+    /// Their biases, `[n]` float32 (likewise).
+    values: Array,
+    /// How many of `ids` are biased.
+    count: i32,
+}
+
+impl GreedyPick {
+    /// The pick over logits rows of `vocab` entries with the bias `pairs`
+    /// of (id, bias): distinct ids, each below `vocab` (as
+    /// `sample::LogitBias` keeps them). `None` when an id is outside the
+    /// vocabulary or repeated.
+    pub fn new(vocab: i32, pairs: &[(u32, f32)]) -> mlx_core::Result<Option<GreedyPick>> {
+        let words = (vocab.max(0) as usize).div_ceil(32);
+        let mut mask = vec![0u32; words];
+        for &(id, _) in pairs {
+            let bit = 1 << (id % 32);
+            match mask.get_mut(id as usize / 32) {
+                Some(word) if i64::from(id) < i64::from(vocab) && *word & bit == 0 => *word |= bit,
+                _ => return Ok(None),
+            }
+        }
+        let (mut ids, mut values): (Vec<u32>, Vec<f32>) = pairs.iter().copied().unzip();
+        let count = ids.len() as i32;
+        if ids.is_empty() {
+            ids.push(0);
+            values.push(0.0);
+        }
+        Ok(Some(GreedyPick {
+            vocab,
+            mask: Array::from_slice(&mask, &[words as i32])?,
+            ids: Array::from_slice(&ids, &[ids.len() as i32])?,
+            values: Array::from_slice(&values, &[values.len() as i32])?,
+            count,
+        }))
+    }
+
+    /// `[id, finite]` as uint32 `[2]` for one row of logits `[1, vocab]`:
+    /// the argmax of the row (in float32) plus the bias, the lowest id
+    /// among equals, and 1 when every logit is finite (before the bias),
+    /// else 0. `None` when the row does not suit the kernel (another
+    /// length, a dtype other than float32, float16 and bfloat16, or a row
+    /// not made of 16-byte chunks).
+    pub fn pick(&self, logits: &Array) -> mlx_core::Result<Option<Array>> {
+        let dtype = logits.dtype();
+        let fits = matches!(dtype, Dtype::Float32 | Dtype::Float16 | Dtype::Bfloat16)
+            && logits.shape() == [1, self.vocab]
+            && (self.vocab as usize * dtype.size_bytes()).is_multiple_of(16);
+        if !fits {
+            return Ok(None);
+        }
+        let kernel = kernel_with_constants(
+            "gemma_greedy_pick",
+            &["logits", "mask", "bias_ids", "bias_values"],
+            &["picked"],
+            GREEDY,
+            &[],
+        )?;
+        let out = kernel.apply(
+            &[logits, &self.mask, &self.ids, &self.values],
+            &[OutputSpec {
+                shape: vec![2],
+                dtype: Dtype::Uint32,
+            }],
+            Launch {
+                grid: [THREADS, 1, 1],
+                block: [THREADS, 1, 1],
+            },
+            &[
+                ("T", TemplateArg::Dtype(dtype)),
+                ("V", TemplateArg::Int(self.vocab)),
+                ("NB", TemplateArg::Int(self.count)),
+            ],
+        )?;
+        Ok(Some(one(out, "greedy pick")?))
+    }
+}
