@@ -25,16 +25,14 @@ pub fn default_prefill_chunk(device: Device) -> usize {
 
 /// Decode steps queued per host-device synchronisation by default on
 /// `device`: 1 on the CPU, where batching gained nothing measurable and
-/// tokens stream one by one; 32 on the GPU, where every evaluation costs
-/// time that grows with the model (on the H200, fitted from batches of 8
-/// and 32: about 2 ms at 270M, 3.6 ms at 1B, tens of ms at 27B; not
-/// located), so that batches of 32 decoded 1.1–1.3× as many tokens per
-/// second as batches of 8 (compiled step with our kernels; README, H200
-/// section). A stop then leaves up to 63 steps run past it.
+/// tokens stream one by one; 8 on the GPU, where keeping the device busy
+/// while the host waits and builds made batches of 8 decode 1.16–1.56× as
+/// many tokens per second as single steps on the H200 (270M and 1B shapes,
+/// compiled step with our kernels; README, H200 section).
 pub fn default_steps_per_sync(device: Device) -> usize {
     match device {
         Device::Cpu => 1,
-        Device::Gpu => 32,
+        Device::Gpu => 8,
     }
 }
 

@@ -103,7 +103,7 @@ pub struct SamplingArgs {
     #[arg(long, value_enum, default_value = "eager")]
     pub decode: DecodeMode,
     /// Decode steps queued on the device per host-device synchronisation
-    /// (default: 1 on cpu, 32 on gpu); tokens then arrive in bursts.
+    /// (default: 1 on cpu, 8 on gpu); tokens then arrive in bursts.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=64))]
     pub steps_per_sync: Option<u64>,
 }
