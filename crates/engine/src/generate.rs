@@ -1,7 +1,7 @@
 //! The generation loop: chunked prefill, then pipelined decoding — the next
 //! steps are queued on the device before the current token is read back, as
-//! mlx-lm does with `async_eval`, but [`GenerateOptions::steps_per_sync`] at a
-//! time — with streaming detokenization, stop conditions, cancellation and a
+//! mlx-lm does with `async_eval`, but up to [`GenerateOptions::steps_per_sync`]
+//! at a time — with streaming detokenization, stop conditions, cancellation and a
 //! check for non-finite logits at every step.
 
 use std::collections::VecDeque;
@@ -179,8 +179,8 @@ pub fn generate(
     // Batches of steps queued on the device and not yet read back, oldest
     // first, each packed into one array, and the token ids and finiteness
     // flags read back and not yet handed on; `in_flight` counts the steps of
-    // both. The first step runs alone, so that the first token is not held
-    // back.
+    // both. The first step runs alone, and the batches after it grow from
+    // one step (`batch_size`).
     let mut batches: VecDeque<Array> = VecDeque::new();
     let mut read: VecDeque<(u32, bool)> = VecDeque::new();
     let first = step(&token_array(last)?, caches, &mut sampler, history.as_ref())?;
@@ -193,6 +193,8 @@ pub fn generate(
     // Steps queued so far: each yields one token.
     let mut steps = 1;
     let batch = options.steps_per_sync;
+    // Batches queued after the first step, which set the next one's size.
+    let mut batches_queued = 0;
 
     let mut decoder = tokenizer.map(StreamingDecoder::new);
     let mut text = String::new();
@@ -211,8 +213,9 @@ pub fn generate(
         // still has a batch to run. Step s feeds token s − 1 at position
         // `cached + prompt.len() + s − 1`, which must lie inside the context.
         if in_flight <= batch {
-            let mut queued: Vec<Array> = Vec::with_capacity(batch);
-            while queued.len() < batch
+            let size = batch_size(batches_queued, batch);
+            let mut queued: Vec<Array> = Vec::with_capacity(size);
+            while queued.len() < size
                 && steps < max_tokens
                 && cached + prompt.len() + steps - 1 < context
             {
@@ -234,6 +237,7 @@ pub fn generate(
             }
             lap(&mut host.build_s);
             if !queued.is_empty() {
+                batches_queued += 1;
                 let packed = pack_steps(&queued)?;
                 async_eval(&[&packed])?;
                 batches.push_back(packed);
@@ -340,6 +344,15 @@ pub fn generate(
     })
 }
 
+/// Steps of the batch queued after `queued` others (after the first step):
+/// 1, 2, 4, … up to `steps_per_sync`. So only one step is queued ahead when
+/// the first token is read (as mlx-lm queues one): the first token is not
+/// held back while a whole batch is built, the device starts early, and no
+/// more than one step's work can run before the generation's clock starts.
+fn batch_size(queued: usize, steps_per_sync: usize) -> usize {
+    (1usize << queued.min(usize::BITS as usize - 1)).min(steps_per_sync)
+}
+
 /// The token id of a decode step's `[id, finite]` (uint32 `[2]`), as `[1]`:
 /// the next step's input. The steps of a batch are concatenated into one
 /// array, so that the evaluation of the batch has a single output: MLX's
@@ -409,8 +422,18 @@ mod tests {
     use mlx_core::{Array, Dtype};
 
     use super::{
-        held_back, pack_steps, prefill_chunks, step_pair, step_token, stop_string_end, unpack_steps,
+        batch_size, held_back, pack_steps, prefill_chunks, step_pair, step_token, stop_string_end,
+        unpack_steps,
     };
+
+    #[test]
+    fn batches_grow_from_one_step_to_the_steps_per_sync() {
+        let sizes = |limit| (0..6).map(|k| batch_size(k, limit)).collect::<Vec<_>>();
+        assert_eq!(sizes(8), [1, 2, 4, 8, 8, 8]);
+        assert_eq!(sizes(3), [1, 2, 3, 3, 3, 3]);
+        assert_eq!(sizes(1), [1; 6]);
+        assert_eq!(batch_size(200, 64), 64);
+    }
 
     #[test]
     fn packed_steps_read_back_as_their_tokens_and_flags() {
