@@ -8,10 +8,30 @@
 use mlx_core::kernel::{Launch, OutputSpec, TemplateArg};
 use mlx_core::{Array, Dtype};
 
-use super::{kernel_with_constants, one};
+use super::{kernel_with_header, one};
 
 /// Threads of the kernel's single block (32 warps).
 const THREADS: i32 = 1024;
+
+/// Device functions of the greedy pick: the better of two (value, id)
+/// candidates (the larger value, the lower id among equals) and its
+/// reduction over a warp.
+const GREEDY_HEADER: &str = r#"
+__device__ __forceinline__ void gemma_keep_better(float& best, unsigned int& at, float value, unsigned int id) {
+  if (value > best || (value == best && id < at)) {
+    best = value;
+    at = id;
+  }
+}
+
+__device__ __forceinline__ void gemma_warp_best(float& best, unsigned int& at) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const float value = __shfl_xor_sync(0xffffffffu, best, o);
+    const unsigned int id = __shfl_xor_sync(0xffffffffu, at, o);
+    gemma_keep_better(best, at, value, id);
+  }
+}
+"#;
 
 /// The kernel body. `mask` flags the biased ids (bit `i % 32` of word
 /// `i / 32`): the main pass skips them and the first `NB` threads score
@@ -44,20 +64,9 @@ const GREEDY: &str = r#"
   }
   for (int b = threadIdx.x; b < NB; b += blockDim.x) {
     const unsigned int id = bias_ids[b];
-    const float x = static_cast<float>(logits[id]) + bias_values[b];
-    if (x > best || (x == best && id < at)) {
-      best = x;
-      at = id;
-    }
+    gemma_keep_better(best, at, static_cast<float>(logits[id]) + bias_values[b], id);
   }
-  for (int o = 16; o > 0; o >>= 1) {
-    const float other = __shfl_xor_sync(0xffffffffu, best, o);
-    const unsigned int other_at = __shfl_xor_sync(0xffffffffu, at, o);
-    if (other > best || (other == best && other_at < at)) {
-      best = other;
-      at = other_at;
-    }
-  }
+  gemma_warp_best(best, at);
   if (lane == 0) {
     top_value[warp] = best;
     top_id[warp] = at;
@@ -67,14 +76,7 @@ const GREEDY: &str = r#"
     const int warps = blockDim.x >> 5;
     best = lane < warps ? top_value[lane] : -INFINITY;
     at = lane < warps ? top_id[lane] : 0xffffffffu;
-    for (int o = 16; o > 0; o >>= 1) {
-      const float other = __shfl_xor_sync(0xffffffffu, best, o);
-      const unsigned int other_at = __shfl_xor_sync(0xffffffffu, at, o);
-      if (other > best || (other == best && other_at < at)) {
-        best = other;
-        at = other_at;
-      }
-    }
+    gemma_warp_best(best, at);
     if (lane == 0) {
       picked[0] = at;
       picked[1] = all_finite ? 1u : 0u;
@@ -143,11 +145,11 @@ impl GreedyPick {
         if !fits {
             return Ok(None);
         }
-        let kernel = kernel_with_constants(
+        let kernel = kernel_with_header(
             "gemma_greedy_pick",
-            &["logits", "mask", "bias_ids", "bias_values"],
-            &["picked"],
+            (&["logits", "mask", "bias_ids", "bias_values"], &["picked"]),
             GREEDY,
+            GREEDY_HEADER,
             &[],
         )?;
         let out = kernel.apply(
