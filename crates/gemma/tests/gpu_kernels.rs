@@ -452,8 +452,4 @@ fn greedy_pick_kernel_matches_mlx_argmax() {
             assert_eq!(picked[0], mlx[0], "{dtype:?}, {name}: against MLX");
         }
     }
-    let repeated = gemma::kernels::GreedyPick::new(vocab, &[(5, 1.0), (5, 2.0)]).unwrap();
-    assert!(repeated.is_none(), "a repeated id is refused");
-    let outside = gemma::kernels::GreedyPick::new(vocab, &[(vocab as u32, 1.0)]).unwrap();
-    assert!(outside.is_none(), "an id outside the vocabulary is refused");
 }

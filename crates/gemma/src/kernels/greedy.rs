@@ -171,3 +171,47 @@ impl GreedyPick {
         Ok(Some(one(out, "greedy pick")?))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use mlx_core::{Array, Dtype};
+
+    use super::GreedyPick;
+
+    #[test]
+    fn a_repeated_or_outside_id_is_refused() {
+        assert!(GreedyPick::new(64, &[(5, 1.0), (5, 2.0)])
+            .unwrap()
+            .is_none());
+        assert!(GreedyPick::new(64, &[(64, 1.0)]).unwrap().is_none());
+        assert!(GreedyPick::new(64, &[(63, 1.0), (0, -1.0)])
+            .unwrap()
+            .is_some());
+        assert!(GreedyPick::new(64, &[]).unwrap().is_some());
+    }
+
+    #[test]
+    fn rows_the_kernel_cannot_read_are_left_to_mlx() {
+        let pick = GreedyPick::new(64, &[(3, 1.0)]).unwrap().unwrap();
+        let row = |shape: &[i32], dtype| {
+            let n = shape.iter().product::<i32>() as usize;
+            Array::from_slice(&vec![0f32; n], shape)
+                .unwrap()
+                .astype(dtype)
+                .unwrap()
+        };
+        // Another length, two rows, an integer dtype.
+        for (shape, dtype) in [
+            (vec![1, 72], Dtype::Float32),
+            (vec![2, 64], Dtype::Float32),
+            (vec![1, 64], Dtype::Int32),
+        ] {
+            let logits = row(&shape, dtype);
+            assert!(pick.pick(&logits).unwrap().is_none(), "{shape:?} {dtype:?}");
+        }
+        // A row that is not made of 16-byte chunks: 12 bfloat16 logits.
+        let short = GreedyPick::new(12, &[]).unwrap().unwrap();
+        let logits = row(&[1, 12], Dtype::Bfloat16);
+        assert!(short.pick(&logits).unwrap().is_none());
+    }
+}
