@@ -354,11 +354,7 @@ fn batch_size(queued: usize, steps_per_sync: usize) -> usize {
 }
 
 /// The token id of a decode step's `[id, finite]` (uint32 `[2]`), as `[1]`:
-/// the next step's input. The steps of a batch are concatenated into one
-/// array, so that the evaluation of the batch has a single output: MLX's
-/// CUDA backend signals the end of every output of an evaluation with its
-/// own kernel (Nsight Compute found one per output on the H200, at
-/// 60–250 µs each).
+/// the next step's input.
 fn step_token(step: &Array) -> Result<Array, GenerateError> {
     Ok(step.slice(&[0], &[1], &[1])?)
 }
@@ -375,7 +371,10 @@ fn step_pair(token: &Array, finite: &Array) -> Result<Array, GenerateError> {
     )?)
 }
 
-/// The `[id, finite]` pairs of a batch of decode steps as one array.
+/// The `[id, finite]` pairs of a batch of decode steps as one array, so
+/// that the evaluation of the batch has a single output: MLX's CUDA backend
+/// signals the end of every output of an evaluation with its own kernel
+/// (Nsight Compute found one per output on the H200, at 60–250 µs each).
 fn pack_steps(steps: &[Array]) -> Result<Array, GenerateError> {
     Ok(concatenate(&steps.iter().collect::<Vec<_>>(), 0)?)
 }
