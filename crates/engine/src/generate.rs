@@ -376,7 +376,10 @@ fn step_pair(token: &Array, finite: &Array) -> Result<Array, GenerateError> {
 /// signals the end of every output of an evaluation with its own kernel
 /// (Nsight Compute found one per output on the H200, at 60–250 µs each).
 fn pack_steps(steps: &[Array]) -> Result<Array, GenerateError> {
-    Ok(concatenate(&steps.iter().collect::<Vec<_>>(), 0)?)
+    match steps {
+        [one] => Ok(one.clone()),
+        _ => Ok(concatenate(&steps.iter().collect::<Vec<_>>(), 0)?),
+    }
 }
 
 /// The (token id, logits finite) pairs of a batch of steps, read back.
@@ -444,6 +447,8 @@ mod tests {
             pair
         };
         let steps = [step(5, true), step(262_143, false), step(0, true)];
+        let alone = pack_steps(&steps[..1]).unwrap();
+        assert_eq!(alone.to_vec::<u32>().unwrap(), [5, 1]);
         let packed = pack_steps(&steps).unwrap();
         assert_eq!(packed.shape(), vec![6]);
         let values = packed.to_vec::<u32>().unwrap();
