@@ -94,9 +94,9 @@ pub struct LogitBias {
     tokens: Array,
     /// The summed bias of each id, `[1, m]` float32.
     biases: Array,
-    /// The largest id, checked against the vocabulary on every use.
-    max_token: u32,
-    /// The distinct (token id, summed bias) pairs, ascending by id.
+    /// The distinct (token id, summed bias) pairs, ascending by id (never
+    /// empty): the last holds the largest id, checked against the
+    /// vocabulary on every use.
     pairs: Vec<(u32, f32)>,
 }
 
@@ -113,9 +113,9 @@ impl LogitBias {
             }
             same
         });
-        let Some(&(max_token, _)) = merged.last() else {
+        if merged.is_empty() {
             return Ok(None);
-        };
+        }
         let count = i32::try_from(merged.len()).map_err(|_| SampleError::InvalidSetting {
             field: "logit_bias",
             value: format!("{} entries", merged.len()),
@@ -125,7 +125,6 @@ impl LogitBias {
         Ok(Some(LogitBias {
             tokens: Array::from_slice(&ids, &[1, count])?,
             biases: Array::from_slice(&values, &[1, count])?,
-            max_token,
             pairs: merged,
         }))
     }
@@ -138,11 +137,12 @@ impl LogitBias {
     /// Adds the biases to `logits` (`[1, vocab]` float32).
     pub fn apply(&self, logits: &Array) -> Result<Array, SampleError> {
         let vocab = check::logits_row(logits)?;
-        if i64::from(self.max_token) >= i64::from(vocab) {
-            return Err(SampleError::BiasTokenOutOfVocab {
-                token: self.max_token,
-                vocab,
-            });
+        if let Some(&(token, _)) = self
+            .pairs
+            .last()
+            .filter(|&&(t, _)| i64::from(t) >= i64::from(vocab))
+        {
+            return Err(SampleError::BiasTokenOutOfVocab { token, vocab });
         }
         let picked = logits.take_along_axis(&self.tokens, -1)?;
         Ok(logits.put_along_axis(&self.tokens, &picked.add(&self.biases)?, -1)?)
