@@ -41,8 +41,8 @@ typedef struct mlx_device_s* mlx_device;
 typedef struct mlx_stream_s* mlx_stream;
 /** A function of arrays to arrays, possibly compiled. */
 typedef struct mlx_closure_s* mlx_closure;
-/** A custom GPU kernel written in CUDA source (see mlx_cuda_kernel_new). */
-typedef struct mlx_cuda_kernel_s* mlx_cuda_kernel;
+/** A compiled CUDA program (a cubin; see mlx_cuda_compile). */
+typedef struct mlx_cuda_binary_s* mlx_cuda_binary;
 
 /* ---- enums ------------------------------------------------------------- */
 
@@ -163,9 +163,15 @@ int mlx_device_get_type(mlx_device_type* out, mlx_device dev);
 int mlx_device_get_index(int* out, mlx_device dev);
 /** Whether the backend MLX was built with can run on this device. */
 int mlx_device_is_available(bool* out, mlx_device dev);
-/** The number of streaming multiprocessors of CUDA GPU `index`, asked of the
- * CUDA driver that MLX's CUDA backend loaded (an error without one). */
-int mlx_cuda_multiprocessor_count(int* out, int index);
+/** What mlx_cuda_device_attribute asks (the CUDA driver's numbers). */
+typedef enum {
+  MLX_CUDA_MULTIPROCESSOR_COUNT = 16,
+  MLX_CUDA_COMPUTE_CAPABILITY_MAJOR = 75,
+  MLX_CUDA_COMPUTE_CAPABILITY_MINOR = 76,
+} mlx_cuda_attribute;
+/** An attribute of CUDA GPU `index`, asked of the CUDA driver that MLX's CUDA
+ * backend loaded (an error without one). */
+int mlx_cuda_device_attribute(int* out, int index, mlx_cuda_attribute attribute);
 int mlx_get_default_device(mlx_device* out);
 int mlx_set_default_device(mlx_device dev);
 
@@ -392,37 +398,36 @@ int mlx_fast_scaled_dot_product_attention(mlx_array* out, mlx_array q,
 
 /* ---- custom CUDA kernels ------------------------------------------------------------------ */
 
-/** The kinds of a custom kernel's template arguments. */
-typedef enum {
-  MLX_TEMPLATE_INT = 0,
-  MLX_TEMPLATE_BOOL = 1,
-  MLX_TEMPLATE_DTYPE = 2,
-} mlx_template_kind;
-
-/** A kernel whose body is `source` (CUDA), JIT-compiled by MLX's CUDA backend
- * at first use (MLX's fast::cuda_kernel): inputs and outputs are typed
- * pointers with the given names; `header` (nullable) goes before it. Applying
- * it on a build or stream without CUDA is an error. */
-int mlx_cuda_kernel_new(mlx_cuda_kernel* out, const char* name,
-                        const char* const* input_names, size_t n_inputs,
-                        const char* const* output_names, size_t n_outputs,
-                        const char* source, const char* header,
-                        bool ensure_row_contiguous, int shared_memory);
-void mlx_cuda_kernel_free(mlx_cuda_kernel k);
-/** Runs `k` on `inputs`. Output i has `output_ndims[i]` dimensions, taken in
- * turn from `output_shapes`, and dtype `output_dtypes[i]`. `grid` counts
- * threads (rounded up to whole blocks of `block` threads). Template argument
- * i is named `template_names[i]`; its value is an int, a bool (0/1) or an
- * mlx_dtype, as `template_kinds[i]` says. */
-int mlx_cuda_kernel_apply(mlx_vector_array* out, mlx_cuda_kernel k,
-                          const mlx_array* inputs, size_t n_inputs,
-                          const int* output_shapes, const size_t* output_ndims,
+/** The version of the NVRTC library MLX's CUDA backend loaded (an error
+ * without one). */
+int mlx_cuda_compiler_version(int* major, int* minor);
+/** Compiles the complete CUDA program `source` (named `program_name` in
+ * messages) with that NVRTC and `options`, to a cubin; a compile error
+ * carries NVRTC's log. */
+int mlx_cuda_compile(mlx_cuda_binary* out, const char* source,
+                     const char* program_name, const char* const* options,
+                     size_t n_options);
+/** A compiled program from its bytes (a cubin read back from a cache). */
+int mlx_cuda_binary_from_bytes(mlx_cuda_binary* out, const uint8_t* data,
+                               size_t size);
+/** The bytes of `binary`, valid while it lives. */
+int mlx_cuda_binary_bytes(const uint8_t** data, size_t* size,
+                          mlx_cuda_binary binary);
+void mlx_cuda_binary_free(mlx_cuda_binary binary);
+/** Runs the `extern "C"` kernel `kernel_name` of `binary` (MLX's
+ * fast::precompiled_cuda_kernel; the name also keys MLX's module cache, so it
+ * must be unique to the binary). Its parameters are the row-contiguous
+ * `inputs`, then the outputs, then `scalars` as ints. Output i has
+ * `output_ndims[i]` dimensions, taken in turn from `output_shapes`, and dtype
+ * `output_dtypes[i]`. `grid` counts threads (rounded up to whole blocks of
+ * `block` threads). */
+int mlx_cuda_binary_apply(mlx_vector_array* out, mlx_cuda_binary binary,
+                          const char* kernel_name, const mlx_array* inputs,
+                          size_t n_inputs, const int* output_shapes,
+                          const size_t* output_ndims,
                           const mlx_dtype* output_dtypes, size_t n_outputs,
-                          const int* grid, const int* block,
-                          const char* const* template_names,
-                          const int* template_values,
-                          const mlx_template_kind* template_kinds,
-                          size_t n_templates, mlx_stream s);
+                          const int* scalars, size_t n_scalars,
+                          const int* grid, const int* block, mlx_stream s);
 
 /* ---- random ------------------------------------------------------------------------------- */
 

@@ -145,7 +145,8 @@ int mlx_device_is_available(bool* out, mlx_device dev) {
       [&] { *need(out, "out") = mx::is_available(need(dev, "dev")->d); });
 }
 
-int mlx_cuda_multiprocessor_count(int* out, int index) {
+int mlx_cuda_device_attribute(int* out, int index,
+                              mlx_cuda_attribute attribute) {
   return guard([&] {
     // The driver is already loaded where MLX computes on CUDA; nothing is
     // loaded (or linked) otherwise.
@@ -158,19 +159,18 @@ int mlx_cuda_multiprocessor_count(int* out, int index) {
     auto get_device = reinterpret_cast<GetDevice>(dlsym(driver, "cuDeviceGet"));
     auto get_attribute =
         reinterpret_cast<GetAttribute>(dlsym(driver, "cuDeviceGetAttribute"));
-    // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT in the driver API.
-    constexpr int multiprocessor_count = 16;
     int device = 0;
-    int count = 0;
+    int value = 0;
     if (get_device == nullptr || get_attribute == nullptr ||
         get_device(&device, index) != 0 ||
-        get_attribute(&count, multiprocessor_count, device) != 0) {
+        get_attribute(&value, attribute, device) != 0) {
       dlclose(driver);
-      throw std::runtime_error("the CUDA driver did not give the multiprocessor count of GPU " +
+      throw std::runtime_error("the CUDA driver did not give attribute " +
+                               std::to_string(attribute) + " of GPU " +
                                std::to_string(index));
     }
     dlclose(driver);
-    *need(out, "out") = count;
+    *need(out, "out") = value;
   });
 }
 

@@ -69,9 +69,22 @@ pub fn is_available(device: Device) -> Result<bool> {
 /// The number of streaming multiprocessors of the first CUDA GPU, from the
 /// CUDA driver MLX loaded; an error where MLX does not compute on CUDA.
 pub fn cuda_multiprocessor_count() -> Result<i32> {
+    cuda_attribute(sys::MLX_CUDA_MULTIPROCESSOR_COUNT)
+}
+
+/// The compute capability (major, minor) of the first CUDA GPU, from the
+/// CUDA driver MLX loaded; an error where MLX does not compute on CUDA.
+pub fn cuda_compute_capability() -> Result<(i32, i32)> {
+    Ok((
+        cuda_attribute(sys::MLX_CUDA_COMPUTE_CAPABILITY_MAJOR)?,
+        cuda_attribute(sys::MLX_CUDA_COMPUTE_CAPABILITY_MINOR)?,
+    ))
+}
+
+fn cuda_attribute(attribute: sys::mlx_cuda_attribute) -> Result<i32> {
     let mut out = 0;
     // SAFETY: one int out.
-    check(unsafe { sys::mlx_cuda_multiprocessor_count(&mut out, 0) })?;
+    check(unsafe { sys::mlx_cuda_device_attribute(&mut out, 0, attribute) })?;
     Ok(out)
 }
 

@@ -45,17 +45,33 @@ fn a_kernel_without_cuda_is_an_error_not_a_crash() {
     if is_available(Device::Gpu).unwrap() {
         return;
     }
-    let err = axpy().err().unwrap().to_string();
+    let a = f32s(&[1.0, 2.0], &[2]);
+    let err = run(&axpy().unwrap(), &a, &a, 2).unwrap_err().to_string();
     assert!(err.contains("CUDA"), "{err}");
 }
 
 #[test]
-fn names_with_nul_bytes_are_refused() {
-    let err = CudaKernel::new("bad\0name", &["a"], &["out"], "", "")
+fn names_that_are_not_c_identifiers_are_refused() {
+    for (name, input, what) in [
+        ("bad\0name", "a", "kernel name"),
+        ("2fast", "a", "kernel name"),
+        ("", "a", "kernel name"),
+        ("fine", "a-b", "input name"),
+    ] {
+        let err = CudaKernel::new(name, &[input], &["out"], "", "")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            err.contains(&format!("{what} is not a C identifier")),
+            "{err}"
+        );
+    }
+    let err = CudaKernel::new("fine", &["a"], &["out put"], "", "")
         .err()
         .unwrap()
         .to_string();
-    assert!(err.contains("kernel name"), "{err}");
+    assert!(err.contains("output name is not a C identifier"), "{err}");
 }
 
 #[test]

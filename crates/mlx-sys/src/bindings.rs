@@ -37,11 +37,11 @@ pub struct mlx_closure_s {
 pub type mlx_closure = *mut mlx_closure_s;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
-pub struct mlx_cuda_kernel_s {
+pub struct mlx_cuda_binary_s {
     _unused: [u8; 0],
 }
-#[doc = " A custom GPU kernel written in CUDA source (see mlx_cuda_kernel_new)."]
-pub type mlx_cuda_kernel = *mut mlx_cuda_kernel_s;
+#[doc = " A compiled CUDA program (a cubin; see mlx_cuda_compile)."]
+pub type mlx_cuda_binary = *mut mlx_cuda_binary_s;
 pub const MLX_BOOL: mlx_dtype = 0;
 pub const MLX_UINT8: mlx_dtype = 1;
 pub const MLX_UINT16: mlx_dtype = 2;
@@ -160,11 +160,17 @@ unsafe extern "C" {
     #[doc = " Whether the backend MLX was built with can run on this device."]
     pub fn mlx_device_is_available(out: *mut bool, dev: mlx_device) -> ::std::os::raw::c_int;
 }
+pub const MLX_CUDA_MULTIPROCESSOR_COUNT: mlx_cuda_attribute = 16;
+pub const MLX_CUDA_COMPUTE_CAPABILITY_MAJOR: mlx_cuda_attribute = 75;
+pub const MLX_CUDA_COMPUTE_CAPABILITY_MINOR: mlx_cuda_attribute = 76;
+#[doc = " What mlx_cuda_device_attribute asks (the CUDA driver's numbers)."]
+pub type mlx_cuda_attribute = ::std::os::raw::c_uint;
 unsafe extern "C" {
-    #[doc = " The number of streaming multiprocessors of CUDA GPU `index`, asked of the\n CUDA driver that MLX's CUDA backend loaded (an error without one)."]
-    pub fn mlx_cuda_multiprocessor_count(
+    #[doc = " An attribute of CUDA GPU `index`, asked of the CUDA driver that MLX's CUDA\n backend loaded (an error without one)."]
+    pub fn mlx_cuda_device_attribute(
         out: *mut ::std::os::raw::c_int,
         index: ::std::os::raw::c_int,
+        attribute: mlx_cuda_attribute,
     ) -> ::std::os::raw::c_int;
 }
 unsafe extern "C" {
@@ -824,46 +830,58 @@ unsafe extern "C" {
         s: mlx_stream,
     ) -> ::std::os::raw::c_int;
 }
-pub const MLX_TEMPLATE_INT: mlx_template_kind = 0;
-pub const MLX_TEMPLATE_BOOL: mlx_template_kind = 1;
-pub const MLX_TEMPLATE_DTYPE: mlx_template_kind = 2;
-#[doc = " The kinds of a custom kernel's template arguments."]
-pub type mlx_template_kind = ::std::os::raw::c_uint;
 unsafe extern "C" {
-    #[doc = " A kernel whose body is `source` (CUDA), JIT-compiled by MLX's CUDA backend\n at first use (MLX's fast::cuda_kernel): inputs and outputs are typed\n pointers with the given names; `header` (nullable) goes before it. Applying\n it on a build or stream without CUDA is an error."]
-    pub fn mlx_cuda_kernel_new(
-        out: *mut mlx_cuda_kernel,
-        name: *const ::std::os::raw::c_char,
-        input_names: *const *const ::std::os::raw::c_char,
-        n_inputs: usize,
-        output_names: *const *const ::std::os::raw::c_char,
-        n_outputs: usize,
-        source: *const ::std::os::raw::c_char,
-        header: *const ::std::os::raw::c_char,
-        ensure_row_contiguous: bool,
-        shared_memory: ::std::os::raw::c_int,
+    #[doc = " The version of the NVRTC library MLX's CUDA backend loaded (an error\n without one)."]
+    pub fn mlx_cuda_compiler_version(
+        major: *mut ::std::os::raw::c_int,
+        minor: *mut ::std::os::raw::c_int,
     ) -> ::std::os::raw::c_int;
 }
 unsafe extern "C" {
-    pub fn mlx_cuda_kernel_free(k: mlx_cuda_kernel);
+    #[doc = " Compiles the complete CUDA program `source` (named `program_name` in\n messages) with that NVRTC and `options`, to a cubin; a compile error\n carries NVRTC's log."]
+    pub fn mlx_cuda_compile(
+        out: *mut mlx_cuda_binary,
+        source: *const ::std::os::raw::c_char,
+        program_name: *const ::std::os::raw::c_char,
+        options: *const *const ::std::os::raw::c_char,
+        n_options: usize,
+    ) -> ::std::os::raw::c_int;
 }
 unsafe extern "C" {
-    #[doc = " Runs `k` on `inputs`. Output i has `output_ndims[i]` dimensions, taken in\n turn from `output_shapes`, and dtype `output_dtypes[i]`. `grid` counts\n threads (rounded up to whole blocks of `block` threads). Template argument\n i is named `template_names[i]`; its value is an int, a bool (0/1) or an\n mlx_dtype, as `template_kinds[i]` says."]
-    pub fn mlx_cuda_kernel_apply(
+    #[doc = " A compiled program from its bytes (a cubin read back from a cache)."]
+    pub fn mlx_cuda_binary_from_bytes(
+        out: *mut mlx_cuda_binary,
+        data: *const u8,
+        size: usize,
+    ) -> ::std::os::raw::c_int;
+}
+unsafe extern "C" {
+    #[doc = " The bytes of `binary`, valid while it lives."]
+    pub fn mlx_cuda_binary_bytes(
+        data: *mut *const u8,
+        size: *mut usize,
+        binary: mlx_cuda_binary,
+    ) -> ::std::os::raw::c_int;
+}
+unsafe extern "C" {
+    pub fn mlx_cuda_binary_free(binary: mlx_cuda_binary);
+}
+unsafe extern "C" {
+    #[doc = " Runs the `extern \"C\"` kernel `kernel_name` of `binary` (MLX's\n fast::precompiled_cuda_kernel; the name also keys MLX's module cache, so it\n must be unique to the binary). Its parameters are the row-contiguous\n `inputs`, then the outputs, then `scalars` as ints. Output i has\n `output_ndims[i]` dimensions, taken in turn from `output_shapes`, and dtype\n `output_dtypes[i]`. `grid` counts threads (rounded up to whole blocks of\n `block` threads)."]
+    pub fn mlx_cuda_binary_apply(
         out: *mut mlx_vector_array,
-        k: mlx_cuda_kernel,
+        binary: mlx_cuda_binary,
+        kernel_name: *const ::std::os::raw::c_char,
         inputs: *const mlx_array,
         n_inputs: usize,
         output_shapes: *const ::std::os::raw::c_int,
         output_ndims: *const usize,
         output_dtypes: *const mlx_dtype,
         n_outputs: usize,
+        scalars: *const ::std::os::raw::c_int,
+        n_scalars: usize,
         grid: *const ::std::os::raw::c_int,
         block: *const ::std::os::raw::c_int,
-        template_names: *const *const ::std::os::raw::c_char,
-        template_values: *const ::std::os::raw::c_int,
-        template_kinds: *const mlx_template_kind,
-        n_templates: usize,
         s: mlx_stream,
     ) -> ::std::os::raw::c_int;
 }

@@ -1,5 +1,5 @@
-//! Fused GPU kernels for the decoder blocks (CUDA source, compiled by MLX at
-//! first use). On the H200 every MLX operation costs 3–12 µs of host time
+//! Fused GPU kernels for the decoder blocks (CUDA source, compiled once per
+//! machine by [`mlx_core::kernel::CudaKernel`]). On the H200 every MLX operation costs 3–12 µs of host time
 //! whatever its size (attention about 36 µs), so at decode time a Gemma 3
 //! block is bound by its operation count. [`decode_layer`] runs a whole
 //! block for one token as one kernel (the compiled fixed-shape step); the
@@ -7,10 +7,7 @@
 //! eager pass).
 
 use std::collections::HashMap;
-use std::hash::Hasher;
 use std::sync::{Arc, Mutex, OnceLock};
-
-use fnv::FnvHasher;
 
 mod decode_layer;
 mod greedy;
@@ -305,26 +302,10 @@ fn kernel_with_header(
     }
     source.push_str(body);
     let kernel = Arc::new(CudaKernel::new(
-        &compiled_name(&full_name, header, &source),
-        inputs,
-        outputs,
-        &source,
-        header,
+        &full_name, inputs, outputs, &source, header,
     )?);
     kernels.insert(full_name, kernel.clone());
     Ok(kernel)
-}
-
-/// The name MLX compiles a kernel under: `name` and a hash of its `header`
-/// and `source`. MLX names the compiled code after the kernel alone, and
-/// newer versions than 0.32.4 cache it on disk under that name, so a kernel
-/// whose source changed must not keep its name.
-fn compiled_name(name: &str, header: &str, source: &str) -> String {
-    let mut hasher = FnvHasher::default();
-    hasher.write(header.as_bytes());
-    hasher.write(&[0]);
-    hasher.write(source.as_bytes());
-    format!("{name}_{:016x}", hasher.finish())
 }
 
 /// The last output of a kernel call.
@@ -522,29 +503,4 @@ pub fn qk_norm_rope(
         ],
     )?;
     two(out, "q/k norm and RoPE")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::compiled_name;
-
-    #[test]
-    fn compiled_names_follow_the_source() {
-        let name = compiled_name("k_3f800000", "#define X 1\n", "  y[0] = X;\n");
-        assert_eq!(
-            name,
-            compiled_name("k_3f800000", "#define X 1\n", "  y[0] = X;\n")
-        );
-        assert!(name.starts_with("k_3f800000_"), "{name}");
-        assert_ne!(
-            name,
-            compiled_name("k_3f800000", "#define X 2\n", "  y[0] = X;\n")
-        );
-        assert_ne!(
-            name,
-            compiled_name("k_3f800000", "#define X 1\n", "  y[0] = X + 1;\n")
-        );
-        // Moving text between header and body changes the kernel's text too.
-        assert_ne!(compiled_name("k", "ab", "c"), compiled_name("k", "a", "bc"));
-    }
 }
