@@ -3,11 +3,12 @@
 # random bfloat16 weights of published Gemma 3 shapes, alternating, same
 # synthetic prompt. Run after ../shared/gpu/setup-mlx-cuda.sh has written
 # /tmp/site/env.sh. Usage: h200_bench.sh BINARY PROMPT_TOKENS GEN_TOKENS SIZE...
-# ROUNDS (default 2) sets the rounds; each round runs our eager decode, our
-# compiled decode, the compiled decode with our CUDA kernels (one fused
-# kernel per layer: "compiled+k"), the same with one step per host-device
-# synchronisation instead of the GPU default of 8 ("compiled+k s1"), then
-# mlx-lm.
+# ROUNDS (default 2) sets the rounds; each round runs our default decode
+# (the compiled step with our CUDA kernels, one fused kernel per layer, 16
+# steps per host-device synchronisation), the same with 8 steps per
+# synchronisation ("default s8"), our eager decode with MLX's own operations
+# ("eager, MLX ops"), then mlx-lm. KV=0 skips the quantized-KV runs after
+# the rounds.
 set -uo pipefail
 . /tmp/site/env.sh
 bin=$1 prompt=$2 gen=$3
@@ -30,15 +31,13 @@ ours() { # size, extra flags; a failed run prints the end of its error output
 }
 theirs() { python3 "$here/mlx_lm_random.py" "$configs/gemma3-$1.json" "$prompt" "$gen"; }
 for size in "$@"; do
-    echo "== $size: warm-up (kernels compile at first use)"
-    "$bin" generate --random-weights "$size" --device gpu --synthetic-prompt 64 --max-tokens 8 --json >/dev/null 2>&1
+    echo "== $size: warm-up (our kernels compile unless ~/.cache/gemma-mlx/kernels has them)"
+    echo "ours first run    $size: $(ours "$size")"
     python3 "$here/mlx_lm_random.py" "$configs/gemma3-$size.json" 64 8 >/dev/null
-    "$bin" generate --random-weights "$size" --device gpu --synthetic-prompt 64 --max-tokens 8 --gpu-kernels --json >/dev/null 2>&1
     for round in $(seq "${ROUNDS:-2}"); do
-        echo "ours eager        $size round $round: $(ours "$size" --decode eager)"
-        echo "ours compiled     $size round $round: $(ours "$size" --decode compiled)"
-        echo "ours compiled+k   $size round $round: $(ours "$size" --decode compiled --gpu-kernels)"
-        echo "ours compiled+k s1 $size round $round: $(ours "$size" --decode compiled --gpu-kernels --steps-per-sync 1)"
+        echo "ours default      $size round $round: $(ours "$size")"
+        echo "ours default s8   $size round $round: $(ours "$size" --steps-per-sync 8)"
+        echo "ours eager, MLX ops $size round $round: $(ours "$size" --decode eager --gpu-kernels=false)"
         echo "mlx-lm            $size round $round: $(theirs "$size")"
     done
     [ "${KV:-1}" = 0 ] && continue

@@ -25,25 +25,38 @@ pub fn default_prefill_chunk(device: Device) -> usize {
 
 /// Decode steps queued per host-device synchronisation by default on
 /// `device`: 1 on the CPU, where batching gained nothing measurable and
-/// tokens stream one by one; 8 on the GPU, where keeping the device busy
-/// while the host waits and builds made batches of 8 decode 1.16–1.56× as
-/// many tokens per second as single steps on the H200 (270M and 1B shapes,
-/// compiled step with our kernels; README, H200 section).
+/// tokens stream one by one; 16 on the GPU. On the H200 (compiled step with
+/// our kernels) batches of 8 decoded 1.16–1.56× as many tokens per second
+/// as single steps, and batches of 16 1.06–1.10× as many as batches of 8
+/// (270M 967–1067 against 915–922 tok/s, 1B 557–580 against 512–530, 27B
+/// 57.2 against 56.9), while 32 or 64 gained nothing more (README, H200
+/// section).
 pub fn default_steps_per_sync(device: Device) -> usize {
     match device {
         Device::Cpu => 1,
-        Device::Gpu => 8,
+        Device::Gpu => 16,
+    }
+}
+
+/// The decoding mode the `gemma-mlx` command line picks when none is asked
+/// for: [`DecodeMode::Compiled`] on the GPU with our kernels
+/// (`Gemma3::gpu_kernels`), [`DecodeMode::Eager`] otherwise.
+pub fn default_decode(device: Device, gpu_kernels: bool) -> DecodeMode {
+    match (device, gpu_kernels) {
+        (Device::Gpu, true) => DecodeMode::Compiled,
+        _ => DecodeMode::Eager,
     }
 }
 
 /// How single tokens are decoded after the prompt.
 ///
-/// Eager is the default on both devices. On the CPU decoding is bound by
-/// reading the weights and both modes run at the same speed. On the H200 the
-/// compiled step with our kernels (`Gemma3::gpu_kernels`: one fused kernel
-/// per layer) decodes 2.0–4.7× as fast as eager at 270M and 1B, but
-/// compiling the kernels costs 8–12 s before the first token in every
-/// process; without our kernels it gains little (README, H200 section).
+/// Eager is the library's default on both devices ([`default_decode`] is the
+/// command line's). On the CPU decoding is bound by reading the weights and
+/// both modes run at the same speed. On the H200 the compiled step with our
+/// kernels (`Gemma3::gpu_kernels`: one fused kernel per layer) decodes
+/// 2.0–4.7× as fast as eager at 270M and 1B; without our kernels it gains
+/// little and MLX compiles its own fused kernels for seconds before the
+/// first token (README, H200 section).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 pub enum DecodeMode {
@@ -119,4 +132,17 @@ pub enum FinishReason {
     Length,
     /// The generation was cancelled.
     Cancelled,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_gpu_with_our_kernels_decodes_compiled_by_default() {
+        assert_eq!(default_decode(Device::Gpu, true), DecodeMode::Compiled);
+        assert_eq!(default_decode(Device::Gpu, false), DecodeMode::Eager);
+        assert_eq!(default_decode(Device::Cpu, true), DecodeMode::Eager);
+        assert_eq!(default_decode(Device::Cpu, false), DecodeMode::Eager);
+    }
 }

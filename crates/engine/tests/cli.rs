@@ -199,6 +199,20 @@ fn compiled_decoding_gives_the_greedy_ids_of_mlx_lm() {
             None,
         );
         assert_eq!(ids(&v["token_ids"]), expected, "greedy ids of {prompt:?}");
+        assert_eq!(v["decode"], "compiled");
+    }
+}
+
+#[test]
+fn on_the_cpu_the_default_decoding_is_eager_with_or_without_gpu_kernels() {
+    let (prompt, _, expected) = mlx_lm_reference().swap_remove(0);
+    for kernels in [&[][..], &["--gpu-kernels"], &["--gpu-kernels=false"]] {
+        // The flag before the prompt: a bare --gpu-kernels takes no value.
+        let mut args = kernels.to_vec();
+        args.extend([prompt.as_str(), "--max-tokens", "8"]);
+        let v = generate_json(&args, None);
+        assert_eq!(v["decode"], "eager", "{kernels:?}");
+        assert_eq!(ids(&v["token_ids"]), expected[..8], "{kernels:?}");
     }
 }
 
@@ -392,6 +406,11 @@ fn bad_flags_fail_with_a_message() {
         &["generate", "hi", "--steps-per-sync", "0"],
         None,
         &["--steps-per-sync", "1..=64"],
+    );
+    assert_fails(
+        &["generate", "--gpu-kernels=maybe", "hi"],
+        None,
+        &["--gpu-kernels", "maybe"],
     );
     assert_fails(
         &["generate", "hi", "--max-memory", "0"],

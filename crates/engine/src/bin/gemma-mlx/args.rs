@@ -99,11 +99,12 @@ pub struct SamplingArgs {
     pub prefill_chunk: Option<usize>,
     /// How tokens after the prompt are decoded: `compiled` runs one
     /// fixed-shape step compiled by MLX (float KV caches only; others decode
-    /// eagerly). On the GPU, pair it with `--gpu-kernels`.
-    #[arg(long, value_enum, default_value = "eager")]
-    pub decode: DecodeMode,
+    /// eagerly). Default: compiled on the GPU with our kernels, eager
+    /// otherwise.
+    #[arg(long, value_enum)]
+    pub decode: Option<DecodeMode>,
     /// Decode steps queued on the device per host-device synchronisation
-    /// (default: 1 on cpu, 8 on gpu); tokens then arrive in bursts.
+    /// (default: 1 on cpu, 16 on gpu); tokens then arrive in bursts.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=64))]
     pub steps_per_sync: Option<u64>,
 }

@@ -3,6 +3,7 @@
 use std::io::{BufRead, Write};
 
 use anyhow::{Context, Result};
+use engine::options::{default_decode, default_prefill_chunk, default_steps_per_sync};
 use engine::{ChatSession, Engine, GenerateOptions, Generation, KvSpec, TokenEvent};
 use gemma::chat_template::{ChatMessage, Role};
 use sample::SamplerConfig;
@@ -11,7 +12,7 @@ use serde_json::json;
 use crate::args::{
     ChatArgs, Cli, Command, ConvertArgs, GenerateArgs, InfoArgs, SamplingArgs, TokenizeArgs,
 };
-use crate::model_args::progress_bar;
+use crate::model_args::{progress_bar, ModelArgs};
 use crate::output::{print_json, text_or_stdin};
 
 /// Runs the chosen subcommand.
@@ -28,7 +29,10 @@ pub fn run(cli: Cli) -> Result<()> {
     }
 }
 
-fn options(sampling: &SamplingArgs) -> Result<GenerateOptions> {
+/// The options `sampling` asks for; what it leaves unset takes the defaults
+/// of `model`'s device (which this places the computation on).
+fn options(sampling: &SamplingArgs, model: &ModelArgs) -> Result<GenerateOptions> {
+    let device = model.place()?;
     let spec = KvSpec::parse(sampling.kv.as_deref().unwrap_or(""))?;
     let sampler = SamplerConfig {
         temperature: sampling.temp,
@@ -55,11 +59,15 @@ fn options(sampling: &SamplingArgs) -> Result<GenerateOptions> {
         stop_strings: sampling.stop.clone(),
         cache_format: spec.cache_format()?,
         kv_start: spec.start,
-        prefill_chunk: sampling.prefill_chunk.unwrap_or(defaults.prefill_chunk),
-        decode: sampling.decode,
+        prefill_chunk: sampling
+            .prefill_chunk
+            .unwrap_or(default_prefill_chunk(device)),
+        decode: sampling
+            .decode
+            .unwrap_or(default_decode(device, model.runs_gpu_kernels())),
         steps_per_sync: sampling
             .steps_per_sync
-            .map_or(defaults.steps_per_sync, |n| n as usize),
+            .map_or(default_steps_per_sync(device), |n| n as usize),
         ..defaults
     })
 }
@@ -114,7 +122,7 @@ fn generation_json(g: &Generation) -> serde_json::Value {
 }
 
 fn generate(args: GenerateArgs) -> Result<()> {
-    let mut options = options(&args.sampling)?;
+    let mut options = options(&args.sampling, &args.model)?;
     let ids = match args.synthetic_prompt {
         Some(n) => Some(synthetic_prompt(n)),
         None if !args.token_ids.is_empty() => Some(args.token_ids.clone()),
@@ -164,7 +172,7 @@ fn synthetic_prompt(n: usize) -> Vec<u32> {
 }
 
 fn chat(args: ChatArgs) -> Result<()> {
-    let mut options = options(&args.sampling)?;
+    let mut options = options(&args.sampling, &args.model)?;
     let engine = args.model.load(args.json)?;
     protect_from_xtc(&mut options, &engine)?;
     let mut session = ChatSession::new(&engine, args.system.as_deref(), options)?;

@@ -38,10 +38,13 @@ pub struct ModelArgs {
     /// MLX buffer-cache limit, in GiB.
     #[arg(long)]
     pub cache_limit: Option<f64>,
-    /// On the GPU, run our own kernels (GEMV, fused norms, q/k norm with
-    /// RoPE) in place of MLX's operations; they are compiled at first use.
-    #[arg(long)]
-    pub gpu_kernels: bool,
+    /// On the GPU, run our own CUDA kernels (one per layer in compiled decode
+    /// steps; GEMV, fused norms, q/k norm with RoPE otherwise) in place of
+    /// MLX's operations: on unless `--gpu-kernels=false`. Each is compiled
+    /// once per machine and kept in ~/.cache/gemma-mlx/kernels
+    /// (GEMMA_MLX_KERNEL_CACHE: another folder; empty: none).
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
+    pub gpu_kernels: Option<bool>,
 }
 
 /// Devices on the command line.
@@ -98,6 +101,12 @@ impl ModelArgs {
         Ok(device)
     }
 
+    /// Whether the model is to run our GPU kernels where it computes on the
+    /// GPU (the default).
+    pub fn runs_gpu_kernels(&self) -> bool {
+        self.gpu_kernels.unwrap_or(true)
+    }
+
     /// The compute dtype on `device`.
     pub fn dtype(&self, device: Device) -> Dtype {
         match (self.dtype, device) {
@@ -148,7 +157,7 @@ impl ModelArgs {
         )
         .with_context(|| "loading the model")?;
         bar.finish_and_clear();
-        loaded.model.gpu_kernels = self.gpu_kernels;
+        loaded.model.gpu_kernels = self.runs_gpu_kernels();
         Ok(Engine::new(loaded))
     }
 }
