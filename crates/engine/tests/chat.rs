@@ -3,6 +3,7 @@
 
 mod common;
 
+use engine::options::DecodeMode;
 use engine::{ChatSession, Engine, FinishReason, GenerateOptions};
 use gemma::chat_template::{ChatMessage, Role};
 use gemma::load::{load, LoadOptions, ModelSource};
@@ -147,6 +148,19 @@ fn second_turn_with_cache_equals_the_whole_history_without() {
         &batched,
         FinishReason::Stop,
         "reply ended by <end_of_turn>, 8 steps per sync",
+    );
+
+    // The same with the compiled step (the command line's default on the
+    // GPU), whose caches are reserved ahead.
+    let compiled = GenerateOptions {
+        decode: DecodeMode::Compiled,
+        ..batched.clone()
+    };
+    check_second_turn(
+        &engine,
+        &compiled,
+        FinishReason::Stop,
+        "reply ended by <end_of_turn>, 8 steps per sync, compiled step",
     );
 
     // The reply is cut before "France": the cache holds tokens the history
