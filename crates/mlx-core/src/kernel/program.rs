@@ -242,27 +242,17 @@ mod tests {
                 .unwrap()
                 .function
         };
-        let base = build("#define X 1", "y[0] = x[0];", "sm_90", Dtype::Float32);
-        assert_eq!(
-            base,
-            build("#define X 1", "y[0] = x[0];", "sm_90", Dtype::Float32)
-        );
-        assert_ne!(
-            base,
-            build("#define X 2", "y[0] = x[0];", "sm_90", Dtype::Float32)
-        );
-        assert_ne!(
-            base,
-            build("#define X 1", "y[0] = 2 * x[0];", "sm_90", Dtype::Float32)
-        );
-        assert_ne!(
-            base,
-            build("#define X 1", "y[0] = x[0];", "sm_100", Dtype::Float32)
-        );
-        assert_ne!(
-            base,
-            build("#define X 1", "y[0] = x[0];", "sm_90", Dtype::Bfloat16)
-        );
+        let base = ("#define X 1", "y[0] = x[0];", "sm_90", Dtype::Float32);
+        let name = |(header, source, target, dtype)| build(header, source, target, dtype);
+        assert_eq!(name(base), name(base));
+        for changed in [
+            ("#define X 2", base.1, base.2, base.3),
+            (base.0, "y[0] = 2 * x[0];", base.2, base.3),
+            (base.0, base.1, "sm_100", base.3),
+            (base.0, base.1, base.2, Dtype::Bfloat16),
+        ] {
+            assert_ne!(name(base), name(changed), "{changed:?}");
+        }
     }
 
     #[test]
