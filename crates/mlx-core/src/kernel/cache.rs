@@ -9,6 +9,7 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::{env, fs, process};
 
 /// Where compiled kernels live: `GEMMA_MLX_KERNEL_CACHE` when set (empty
@@ -64,9 +65,16 @@ pub(crate) fn store(
 }
 
 /// Writes `bytes` to a temporary file beside `path`, then renames it there.
+/// The temporary name is unique to the process and the call, so writers of
+/// the same file never share one.
 fn write_whole(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    static WRITES: AtomicU64 = AtomicU64::new(0);
     let mut temporary = path.as_os_str().to_owned();
-    temporary.push(format!(".{}.tmp", process::id()));
+    temporary.push(format!(
+        ".{}.{}.tmp",
+        process::id(),
+        WRITES.fetch_add(1, Ordering::Relaxed)
+    ));
     fs::write(&temporary, bytes)?;
     fs::rename(&temporary, path)
 }
