@@ -259,7 +259,13 @@ pub fn generate(
         if !is_finite {
             return Err(GenerateError::NonFinite { step: ids.len() });
         }
-        first_token_at.get_or_insert_with(Instant::now);
+        if first_token_at.is_none() {
+            host = DecodeHostTimes {
+                first_token_s: host.build_s + host.queue_s + host.wait_s,
+                ..DecodeHostTimes::default()
+            };
+            first_token_at = Some(Instant::now());
+        }
         let index = ids.len();
         ids.push(id);
         if stop_ids.contains(&id) {

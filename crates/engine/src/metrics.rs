@@ -21,15 +21,19 @@ pub struct Metrics {
     pub decode_host: DecodeHostTimes,
 }
 
-/// Seconds the decoding loop spent on the host, summed over its steps (the
-/// prompt's last token included): building each step's graph (the forward
-/// call and sampling, with the streaming of the previous token's text),
-/// queueing it for the device (`async_eval`), and waiting to read tokens
-/// back. With the device busier than the host the waits dominate; otherwise
-/// building and queueing do, and the step is bound by host-side cost.
+/// Seconds the decoding loop spent on the host. Until the first token is
+/// read (the prompt's last token, and any compiling of the step and its
+/// kernels) they are summed apart, so the rest describes the steady state:
+/// building each step's graph (the forward call and sampling, with the
+/// streaming of the previous token's text), queueing it for the device
+/// (`async_eval`), and waiting to read tokens back. With the device busier
+/// than the host the waits dominate; otherwise building and queueing do, and
+/// the step is bound by host-side cost.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct DecodeHostTimes {
-    /// Building step graphs (and streaming text).
+    /// Everything until the first token was read.
+    pub first_token_s: f64,
+    /// Building step graphs (and streaming text) after that.
     pub build_s: f64,
     /// Queueing them.
     pub queue_s: f64,

@@ -71,7 +71,7 @@ fn generate_json(args: &[&str], stdin: Option<&str>) -> Value {
         assert!(v.get(field).is_some(), "field '{field}' missing from {v}");
     }
     // The host's decoding times: non-negative, and within the whole run's.
-    let host: f64 = ["build_s", "queue_s", "wait_s"]
+    let host: f64 = ["first_token_s", "build_s", "queue_s", "wait_s"]
         .iter()
         .map(|k| {
             let t = v["decode_host"][k].as_f64();
