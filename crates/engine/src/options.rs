@@ -27,10 +27,10 @@ pub fn default_prefill_chunk(device: Device) -> usize {
 /// `device`: 1 on the CPU, where batching gained nothing measurable and
 /// tokens stream one by one; 16 on the GPU. On the H200 (compiled step with
 /// our kernels) batches of 8 decoded 1.16–1.56× as many tokens per second
-/// as single steps, and batches of 16 1.06–1.10× as many as batches of 8
-/// (270M 967–1067 against 915–922 tok/s, 1B 557–580 against 512–530, 27B
-/// 57.2 against 56.9), while 32 or 64 gained nothing more (README, H200
-/// section).
+/// as single steps, and batches of 16 beat batches of 8 in 9 of 10 pairs
+/// measured in one call each (0.96–1.16×: 270M 906–1067 against 808–922
+/// tok/s, 1B 476–580 against 478–530, 27B 57.2 and 57.6 against 56.9 and
+/// 57.3), while 32 or 64 gained nothing more (README, H200 section).
 pub fn default_steps_per_sync(device: Device) -> usize {
     match device {
         Device::Cpu => 1,
