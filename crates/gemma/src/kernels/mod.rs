@@ -1,10 +1,10 @@
 //! Fused GPU kernels for the decoder blocks (CUDA source, compiled once per
-//! machine by [`mlx_core::kernel::CudaKernel`]). On the H200 every MLX operation costs 3–12 µs of host time
-//! whatever its size (attention about 36 µs), so at decode time a Gemma 3
-//! block is bound by its operation count. [`decode_layer`] runs a whole
-//! block for one token as one kernel (the compiled fixed-shape step); the
-//! others merge chains of small operations and replace the costliest (the
-//! eager pass).
+//! machine by [`mlx_core::kernel::CudaKernel`]). On the H200 every MLX
+//! operation costs 3–12 µs of host time whatever its size (attention about
+//! 36 µs), so at decode time a Gemma 3 block is bound by its operation
+//! count. [`decode_layer`] runs a whole block for one token as one kernel
+//! (the compiled fixed-shape step); the others merge chains of small
+//! operations and replace the costliest (the eager pass).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};

@@ -21,7 +21,7 @@ use crate::error::{check, Error, Result};
 use crate::{Array, Dtype};
 
 pub use cache::cache_dir;
-use program::{InputType, KernelText};
+use program::{reads_shape, InputType, KernelText};
 
 /// A compile-time constant of a kernel: `constexpr int`, `constexpr bool`, or
 /// a type alias for an MLX dtype.
@@ -61,6 +61,8 @@ pub struct Launch {
 pub struct CudaKernel {
     name: String,
     inputs: Vec<String>,
+    /// Whether the body reads each input's shape (passed at every call).
+    shaped: Vec<bool>,
     outputs: Vec<String>,
     source: String,
     header: String,
@@ -169,6 +171,7 @@ impl CudaKernel {
                 .iter()
                 .map(|n| identifier(n, "input name"))
                 .collect::<Result<_>>()?,
+            shaped: inputs.iter().map(|n| reads_shape(source, n)).collect(),
             outputs: outputs
                 .iter()
                 .map(|n| identifier(n, "output name"))
@@ -183,6 +186,7 @@ impl CudaKernel {
         KernelText {
             name: &self.name,
             inputs: &self.inputs,
+            shaped: &self.shaped,
             outputs: &self.outputs,
             source: &self.source,
             header: &self.header,
@@ -259,12 +263,11 @@ impl CudaKernel {
             .collect();
         let output_dtypes: Vec<Dtype> = outputs.iter().map(|o| o.dtype).collect();
         let instance = self.instance(&input_types, &output_dtypes, template)?;
-        let text = self.text();
         let scalars: Vec<i32> = self
-            .inputs
+            .shaped
             .iter()
             .zip(inputs)
-            .filter(|(name, _)| text.reads_shape(name))
+            .filter(|(&shaped, _)| shaped)
             .flat_map(|(_, a)| a.shape())
             .collect();
         let handles: Vec<sys::mlx_array> = inputs.iter().map(|a| a.raw()).collect();

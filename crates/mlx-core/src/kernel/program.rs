@@ -73,21 +73,24 @@ fn cuda_type(dtype: Dtype) -> Result<&'static str> {
     })
 }
 
-/// What a kernel is: its name, inputs, outputs, body and header.
+/// Whether the kernel body `source` reads input `name`'s shape
+/// (`name_shape[i]`).
+pub(crate) fn reads_shape(source: &str, name: &str) -> bool {
+    source.contains(&format!("{name}_shape"))
+}
+
+/// What a kernel is: its name, inputs (with whether the body reads each
+/// one's shape, [`reads_shape`]), outputs, body and header.
 pub(crate) struct KernelText<'a> {
     pub name: &'a str,
     pub inputs: &'a [String],
+    pub shaped: &'a [bool],
     pub outputs: &'a [String],
     pub source: &'a str,
     pub header: &'a str,
 }
 
 impl KernelText<'_> {
-    /// Whether the body reads input `name`'s shape (`name_shape[i]`).
-    pub fn reads_shape(&self, name: &str) -> bool {
-        self.source.contains(&format!("{name}_shape"))
-    }
-
     /// The program of this kernel for inputs of `input_types`, outputs of
     /// `output_dtypes` and `template` arguments. `target` (the GPU and the
     /// compiler) opens the program as a comment, so a cached binary is only
@@ -114,9 +117,9 @@ impl KernelText<'_> {
         let mut parameters = Vec::new();
         let mut shape_parameters = Vec::new();
         let mut shapes = String::new();
-        for (name, input) in self.inputs.iter().zip(input_types) {
+        for ((name, input), &shaped) in self.inputs.iter().zip(input_types).zip(self.shaped) {
             parameters.push(format!("const {}* {name}", cuda_type(input.dtype)?));
-            if self.reads_shape(name) {
+            if shaped {
                 let dims: Vec<String> = (0..input.ndim)
                     .map(|d| format!("{name}_shape_{d}"))
                     .collect();
@@ -177,11 +180,15 @@ mod tests {
     #[test]
     fn a_program_declares_typed_pointers_shapes_and_constants() {
         let (inputs, outputs) = (names(&["x", "w"]), names(&["y"]));
+        let source = "const int N = w_shape[0];";
+        let shaped: Vec<bool> = inputs.iter().map(|n| reads_shape(source, n)).collect();
+        assert_eq!(shaped, [false, true]);
         let text = KernelText {
             name: "gemv",
             inputs: &inputs,
+            shaped: &shaped,
             outputs: &outputs,
-            source: "const int N = w_shape[0];",
+            source,
             header: "__device__ int helper();",
         };
         let program = text
@@ -228,6 +235,7 @@ mod tests {
         let text = |header, source| KernelText {
             name: "k",
             inputs: &inputs,
+            shaped: &[false],
             outputs: &outputs,
             source,
             header,
@@ -261,6 +269,7 @@ mod tests {
         let text = KernelText {
             name: "k",
             inputs: &inputs,
+            shaped: &[false],
             outputs: &outputs,
             source: "",
             header: "",
