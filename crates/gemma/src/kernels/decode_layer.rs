@@ -10,9 +10,9 @@
 //! the down projection), with a barrier across the grid between phases, and
 //! ends with the residual sum. It rounds where MLX's separate operations
 //! round (to `T` after each projection, norm and elementwise operation).
-//! While attention waits on latency, the L2 cache fetches the first gate/up
-//! rows ahead (at most 24 MiB, which H100/H200-class L2 caches hold),
-//! and each warp reads a gate row and its up row at once.
+//! Each attention block serves all the query heads of a key/value head that
+//! its registers allow from one read of the head's keys and values, and
+//! each warp of the gated MLP reads a gate row and its up row at once.
 
 use std::sync::OnceLock;
 
@@ -72,16 +72,6 @@ __device__ __forceinline__ void gemma_grid_sync(unsigned int* word, int blocks) 
   __syncthreads();
 }
 
-// Asks the L2 cache for the first `bytes` of `p`, spread over the grid's
-// threads, without waiting for them.
-__device__ __forceinline__ void gemma_prefetch_l2(const void* p, size_t bytes) {
-  const char* c = static_cast<const char*>(p);
-  const size_t step = static_cast<size_t>(gridDim.x) * blockDim.x * 128;
-  for (size_t off = (static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x) * 128; off < bytes; off += step) {
-    asm volatile("prefetch.global.L2 [%0];" :: "l"(c + off));
-  }
-}
-
 template <int N> struct gemma_bits;
 template <> struct gemma_bits<2> { using type = unsigned short; };
 template <> struct gemma_bits<4> { using type = unsigned int; };
@@ -134,19 +124,20 @@ __device__ __forceinline__ U gemma_gated_gelu(U g, U u) {
 /// output projection `[H]`, the residual after attention `[H]`, the gated
 /// activations `[I]` and the down projection `[H]`. `partials` holds each attention split's running max, sum and
 /// unnormalised output; `barrier` the grid barriers' word and, from its
-/// 33rd int, one count of finished splits per query head.
+/// 33rd int, one count of finished splits per group of query heads.
 const DECODE_LAYER: &str = r#"
   constexpr int THREADS = WARPS * 32;
   constexpr int HALF = D / 2;
   constexpr int PAIRS = HALF / 32;
   constexpr int E = D / 32;
-  // The most bytes of gate/up weights fetched ahead into the L2 cache.
-  constexpr size_t L2_PREFETCH = size_t(24) << 20;
   __shared__ __align__(16) unsigned char smem[SMEM];
   __shared__ float red[32];
-  __shared__ float part_m[WARPS];
-  __shared__ float part_l[WARPS];
-  __shared__ float head_q[D];
+  constexpr int GROUPS = HQ / QB;
+  __shared__ float part_m[WARPS * QB];
+  __shared__ float part_l[WARPS * QB];
+  __shared__ float head_q[QB * D];
+  __shared__ float rope_cs[D];
+  __shared__ T norm_w[2 * D];
   __shared__ float head_k[D];
   __shared__ float head_v[D];
   __shared__ bool last_split;
@@ -162,9 +153,9 @@ const DECODE_LAYER: &str = r#"
   const int NQKV = (HQ + 2 * HKV) * D;
   const int capacity = k_cache_shape[2];
   const int n_valid = valid[0] < capacity ? valid[0] : capacity;
-  // Splits of the keys per query head: one per 64 keys, at most one block
-  // each.
-  const int max_splits = G / HQ > 0 ? G / HQ : 1;
+  // Splits of the keys per group of QB query heads: one per 64 keys, at
+  // most one block each.
+  const int max_splits = G / GROUPS > 0 ? G / GROUPS : 1;
   const int wanted = (n_valid + 63) / 64 > 0 ? (n_valid + 63) / 64 : 1;
   const int S = wanted < max_splits ? wanted : max_splits;
   unsigned int* bar = reinterpret_cast<unsigned int*>(const_cast<int*>(barrier));
@@ -177,8 +168,21 @@ const DECODE_LAYER: &str = r#"
   T* act = hmid + H;
   T* dn = act + I;
 
-  // 1. Input norm (every block, into shared memory), Q/K/V projection.
+  // 1. The RoPE table of the token's position (cosines, then sines) and
+  // the head norms' weights, for phase 2; input norm (every block, into
+  // shared memory), Q/K/V projection.
   {
+    const float pos = static_cast<float>(position[0]);
+    for (int i = tid; i < HALF; i += THREADS) {
+      const float d = static_cast<float>(i) / static_cast<float>(HALF);
+      const float theta = ROPE_SCALE * pos * exp2f(-d * LOG2_BASE);
+      rope_cs[i] = cos(theta);
+      rope_cs[i + HALF] = sin(theta);
+    }
+    for (int i = tid; i < D; i += THREADS) {
+      norm_w[i] = q_norm[i];
+      norm_w[D + i] = k_norm[i];
+    }
     float ss = 0.0f;
     for (int i = tid; i < H; i += THREADS) {
       const float t = static_cast<float>(x[i]);
@@ -196,38 +200,31 @@ const DECODE_LAYER: &str = r#"
   }
   gemma_grid_sync(bar, G);
 
-  // While attention waits on latency, the L2 cache fetches the gate/up rows
-  // that phase 4's first passes read (at most L2_PREFETCH bytes).
-  {
-    const size_t row = static_cast<size_t>(H) * sizeof(T);
-    const size_t rows = min(static_cast<size_t>(I), L2_PREFETCH / (2 * row));
-    gemma_prefetch_l2(w_gate_up, rows * row);
-    gemma_prefetch_l2(w_gate_up + static_cast<size_t>(I) * H, rows * row);
-  }
-
-  // 2. Attention: each block one split of one query head's valid keys.
-  // Warps 0–2 first take the head's query, the new key (RMSNorm, RoPE) and
-  // the new value from the projection, into shared memory; the split's
-  // block for the first query head of a group also writes the key and value
-  // into the cache, and every block reads them at the new slot from shared
-  // memory. The warps share the split by an online softmax, merged in the
-  // block; the last block of a head to finish merges the head's splits.
+  // 2. Attention: each block one split of the valid keys for QB query
+  // heads of one key/value head (whose keys and values it reads once for
+  // all QB). Warps 0 to QB − 1 first take the heads' queries, warp QB the
+  // new key (RMSNorm, RoPE from the tables of phase 1) and warp QB + 1 the
+  // new value, into shared memory; the first split's block of the key/value
+  // head's first query heads also writes the key and value into the cache,
+  // and every block reads them at the new slot from shared memory. The warps share the split by an online
+  // softmax, merged in the block; the last block of a head to finish
+  // merges the head's splits.
   {
     const int at = write_at[0];
-    const float pos = static_cast<float>(position[0]);
     const int n = n_valid;
     float* part_o = reinterpret_cast<float*>(smem);
     unsigned int* done = bar + 32;
-    for (int item = blockIdx.x; item < HQ * S; item += G) {
-      const int h = item / S;
+    for (int item = blockIdx.x; item < GROUPS * S; item += G) {
+      const int group = item / S;
       const int s = item % S;
-      const int kvh = h / (HQ / HKV);
-      const bool writer = s == 0 && h % (HQ / HKV) == 0;
-      if (warp < 2) {
-        const bool is_q = warp == 0;
-        const T* src = qkv + (is_q ? h * D : HQ * D + kvh * D);
-        const T* w = is_q ? q_norm : k_norm;
-        float* dst = is_q ? head_q : head_k;
+      const int h0 = group * QB;
+      const int kvh = h0 / (HQ / HKV);
+      const bool writer = s == 0 && h0 % (HQ / HKV) == 0;
+      if (warp <= QB) {
+        const bool is_q = warp < QB;
+        const T* src = qkv + (is_q ? (h0 + warp) * D : HQ * D + kvh * D);
+        const T* w = norm_w + (is_q ? 0 : D);
+        float* dst = is_q ? head_q + warp * D : head_k;
         float a[PAIRS];
         float c[PAIRS];
         float ss = 0.0f;
@@ -244,10 +241,8 @@ const DECODE_LAYER: &str = r#"
           const int i = lane + 32 * e;
           const float x1 = static_cast<float>(w[i] * static_cast<T>(a[e] * inv));
           const float x2 = static_cast<float>(w[i + HALF] * static_cast<T>(c[e] * inv));
-          const float d = static_cast<float>(i) / static_cast<float>(HALF);
-          const float theta = ROPE_SCALE * pos * exp2f(-d * LOG2_BASE);
-          const float cs = cos(theta);
-          const float sn = sin(theta);
+          const float cs = rope_cs[i];
+          const float sn = rope_cs[i + HALF];
           const T lo = static_cast<T>(x1 * cs - x2 * sn);
           const T hi = static_cast<T>(x1 * sn + x2 * cs);
           dst[i] = static_cast<float>(lo);
@@ -258,7 +253,7 @@ const DECODE_LAYER: &str = r#"
             row[i + HALF] = hi;
           }
         }
-      } else if (warp == 2) {
+      } else if (warp == QB + 1) {
         // Each lane E values, loaded at once before any store.
         T v[E];
         gemma_load_n<T, E>(qkv + (HQ + HKV) * D + kvh * D + lane * E, v);
@@ -274,18 +269,23 @@ const DECODE_LAYER: &str = r#"
       const int begin = s * chunk;
       const int end = begin + chunk < n ? begin + chunk : n;
       const size_t head = static_cast<size_t>(kvh) * capacity * D + lane * E;
-      float qv[E];
-      float acc[E];
+      float qv[QB][E];
+      float acc[QB][E];
+      float m[QB];
+      float l[QB];
       #pragma unroll
-      for (int e = 0; e < E; ++e) {
-        qv[e] = head_q[lane * E + e] * SCALE;
-        acc[e] = 0.0f;
+      for (int g = 0; g < QB; ++g) {
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+        #pragma unroll
+        for (int e = 0; e < E; ++e) {
+          qv[g][e] = head_q[g * D + lane * E + e] * SCALE;
+          acc[g][e] = 0.0f;
+        }
       }
       // Each warp reads U keys' and values' rows at once (keys j, j + WARPS,
       // …), so that their loads are in flight together.
-      constexpr int U = E >= 8 ? 4 : 8;
-      float m = -INFINITY;
-      float l = 0.0f;
+      constexpr int U = E <= 4 ? 8 : (E <= 8 ? 4 : 2);
       for (int j0 = begin + warp; j0 < end; j0 += U * WARPS) {
         T kr[U][E];
         T vr[U][E];
@@ -296,75 +296,94 @@ const DECODE_LAYER: &str = r#"
           gemma_load_n<T, E>(kc + row, kr[u]);
           gemma_load_n<T, E>(vc + row, vr[u]);
         }
-        float sc[U];
+        float sc[QB][U];
         #pragma unroll
         for (int u = 0; u < U; ++u) {
           const bool fresh = j0 + u * WARPS == at;
-          sc[u] = 0.0f;
+          #pragma unroll
+          for (int g = 0; g < QB; ++g) sc[g][u] = 0.0f;
           #pragma unroll
           for (int e = 0; e < E; ++e) {
             const float k = fresh ? head_k[lane * E + e] : static_cast<float>(kr[u][e]);
-            sc[u] += qv[e] * k;
+            #pragma unroll
+            for (int g = 0; g < QB; ++g) sc[g][u] += qv[g][e] * k;
           }
         }
         for (int o2 = 16; o2 > 0; o2 >>= 1) {
           #pragma unroll
-          for (int u = 0; u < U; ++u) sc[u] += __shfl_xor_sync(0xffffffffu, sc[u], o2);
-        }
-        float m_new = m;
-        #pragma unroll
-        for (int u = 0; u < U; ++u) {
-          if (j0 + u * WARPS < end) m_new = fmaxf(m_new, sc[u]);
-        }
-        const float corr = expf(m - m_new);
-        l *= corr;
-        #pragma unroll
-        for (int e = 0; e < E; ++e) acc[e] *= corr;
-        #pragma unroll
-        for (int u = 0; u < U; ++u) {
-          if (j0 + u * WARPS >= end) break;
-          const bool fresh = j0 + u * WARPS == at;
-          const float p = expf(sc[u] - m_new);
-          l += p;
-          #pragma unroll
-          for (int e = 0; e < E; ++e) {
-            const float v = fresh ? head_v[lane * E + e] : static_cast<float>(vr[u][e]);
-            acc[e] += p * v;
+          for (int g = 0; g < QB; ++g) {
+            #pragma unroll
+            for (int u = 0; u < U; ++u) sc[g][u] += __shfl_xor_sync(0xffffffffu, sc[g][u], o2);
           }
         }
-        m = m_new;
+        #pragma unroll
+        for (int g = 0; g < QB; ++g) {
+          float m_new = m[g];
+          #pragma unroll
+          for (int u = 0; u < U; ++u) {
+            if (j0 + u * WARPS < end) m_new = fmaxf(m_new, sc[g][u]);
+          }
+          const float corr = expf(m[g] - m_new);
+          l[g] *= corr;
+          #pragma unroll
+          for (int e = 0; e < E; ++e) acc[g][e] *= corr;
+          #pragma unroll
+          for (int u = 0; u < U; ++u) {
+            if (j0 + u * WARPS >= end) break;
+            const bool fresh = j0 + u * WARPS == at;
+            const float p = expf(sc[g][u] - m_new);
+            l[g] += p;
+            #pragma unroll
+            for (int e = 0; e < E; ++e) {
+              const float v = fresh ? head_v[lane * E + e] : static_cast<float>(vr[u][e]);
+              acc[g][e] += p * v;
+            }
+          }
+          m[g] = m_new;
+        }
       }
       if (lane == 0) {
-        part_m[warp] = m;
-        part_l[warp] = l;
+        #pragma unroll
+        for (int g = 0; g < QB; ++g) {
+          part_m[warp * QB + g] = m[g];
+          part_l[warp * QB + g] = l[g];
+        }
       }
+      // The warps' partial outputs, one query head at a time.
       #pragma unroll
-      for (int e = 0; e < E; ++e) part_o[warp * D + lane * E + e] = acc[e];
-      __syncthreads();
-      float top = -INFINITY;
-      for (int w = 0; w < WARPS; ++w) top = fmaxf(top, part_m[w]);
-      float* split = partials + static_cast<size_t>(item) * (D + 2);
-      for (int d = tid; d < D; d += THREADS) {
-        float sum = 0.0f;
-        float total = 0.0f;
-        for (int w = 0; w < WARPS; ++w) {
-          const float f = part_m[w] == -INFINITY ? 0.0f : expf(part_m[w] - top);
-          sum += part_l[w] * f;
-          total += part_o[w * D + d] * f;
+      for (int g = 0; g < QB; ++g) {
+        #pragma unroll
+        for (int e = 0; e < E; ++e) part_o[warp * D + lane * E + e] = acc[g][e];
+        __syncthreads();
+        float top = -INFINITY;
+        for (int w = 0; w < WARPS; ++w) top = fmaxf(top, part_m[w * QB + g]);
+        float* split = partials + (static_cast<size_t>(h0 + g) * S + s) * (D + 2);
+        for (int d = tid; d < D; d += THREADS) {
+          float sum = 0.0f;
+          float total = 0.0f;
+          for (int w = 0; w < WARPS; ++w) {
+            const float mw = part_m[w * QB + g];
+            const float f = mw == -INFINITY ? 0.0f : expf(mw - top);
+            sum += part_l[w * QB + g] * f;
+            total += part_o[w * D + d] * f;
+          }
+          split[2 + d] = total;
+          if (d == 0) {
+            split[0] = top;
+            split[1] = sum;
+          }
         }
-        split[2 + d] = total;
-        if (d == 0) {
-          split[0] = top;
-          split[1] = sum;
-        }
+        __syncthreads();
       }
       __threadfence();
       __syncthreads();
-      if (tid == 0) last_split = atomicAdd(done + h, 1u) == static_cast<unsigned int>(S - 1);
+      if (tid == 0) last_split = atomicAdd(done + group, 1u) == static_cast<unsigned int>(S - 1);
       __syncthreads();
       if (last_split) {
-        const float* parts = partials + static_cast<size_t>(h) * S * (D + 2);
-        for (int d = tid; d < D; d += THREADS) {
+        for (int hd = tid; hd < QB * D; hd += THREADS) {
+          const int h = h0 + hd / D;
+          const int d = hd % D;
+          const float* parts = partials + static_cast<size_t>(h) * S * (D + 2);
           float best = -INFINITY;
           #pragma unroll 8
           for (int k = 0; k < S; ++k) best = fmaxf(best, gemma_load(parts + k * (D + 2)));
@@ -379,7 +398,7 @@ const DECODE_LAYER: &str = r#"
           }
           attn[h * D + d] = static_cast<T>(total / sum);
         }
-        if (tid == 0) atomicExch(done + h, 0u);
+        if (tid == 0) atomicExch(done + group, 0u);
       }
       __syncthreads();
     }
@@ -454,6 +473,18 @@ const DECODE_LAYER: &str = r#"
     }
   }
 "#;
+
+/// Query heads that one attention block serves from one read of their
+/// key/value head: the most that share it (`heads / kv_heads`, or a divisor
+/// of it) while each lane holds at most eight of their features, so that
+/// the block's registers suffice.
+fn query_heads_per_block(heads: i32, kv_heads: i32, head_dim: i32) -> i32 {
+    let shared = if kv_heads > 0 { heads / kv_heads } else { 1 };
+    (1..=shared.max(1))
+        .rev()
+        .find(|&q| shared % q == 0 && q * (head_dim / 32) <= 8)
+        .unwrap_or(1)
+}
 
 /// Blocks of a [`decode_layer`] launch: one per multiprocessor of the GPU,
 /// so that all are resident at once (the kernel's grid barriers need it).
@@ -585,6 +616,7 @@ pub fn decode_layer(
     });
     let widest = hidden.max(inter).max(hq * d) * bytes;
     let shared = widest.max(WARPS * d * 4);
+    let qb = query_heads_per_block(hq, hkv, d);
     let fits = dtypes_fit
         && matches!(dtype, Dtype::Float32 | Dtype::Float16 | Dtype::Bfloat16)
         && x.size() as i32 == hidden
@@ -603,13 +635,14 @@ pub fn decode_layer(
         && kv.keys.dim(1)? == hkv
         && kv.keys.dim(3)? == d
         && kv.values.shape() == kv.keys.shape()
-        && shared + 4 * (32 + 2 * WARPS + 3 * d) + 16 <= SHARED_LIMIT
+        && qb + 2 <= WARPS
+        && shared + 4 * (32 + 2 * WARPS * qb + qb * d + 3 * d) + 2 * d * bytes + 16 <= SHARED_LIMIT
         && hq <= MAX_HEADS
         && blocks > 0;
     if !fits {
         return Ok(None);
     }
-    let splits = (blocks / hq).max(1);
+    let splits = (blocks / (hq / qb)).max(1);
     let scratch = (hq + 2 * hkv) * d + hq * d + 3 * hidden + inter;
     let kernel = kernel_with_header(
         "gemma_decode_layer",
@@ -648,6 +681,7 @@ pub fn decode_layer(
             ("D", TemplateArg::Int(d)),
             ("HQ", TemplateArg::Int(hq)),
             ("HKV", TemplateArg::Int(hkv)),
+            ("QB", TemplateArg::Int(qb)),
             ("WARPS", TemplateArg::Int(WARPS)),
             ("SMEM", TemplateArg::Int((shared + 15) / 16 * 16)),
         ],
@@ -656,4 +690,26 @@ pub fn decode_layer(
     let mut out = out;
     out.truncate(1);
     Ok(Some(one(out, "decode layer")?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::query_heads_per_block;
+
+    #[test]
+    fn attention_blocks_share_a_key_value_head_as_far_as_registers_allow() {
+        // 27B: 32 query heads over 16 key/value heads of 128 (4 features a
+        // lane): both query heads of a pair in one block.
+        assert_eq!(query_heads_per_block(32, 16, 128), 2);
+        // 270M and 1B: 4 query heads over 1 of 256 (8 features a lane):
+        // one query head per block.
+        assert_eq!(query_heads_per_block(4, 1, 256), 1);
+        // 8 query heads over 1 of 64 (2 a lane): 4 fit, 8 do not.
+        assert_eq!(query_heads_per_block(8, 1, 64), 4);
+        // 6 over 1 of 64: the largest divisor of 6 that fits is 3.
+        assert_eq!(query_heads_per_block(6, 1, 64), 3);
+        // Degenerate layouts fall back to one query head per block.
+        assert_eq!(query_heads_per_block(4, 0, 64), 1);
+        assert_eq!(query_heads_per_block(4, 2, 512), 1);
+    }
 }
