@@ -42,9 +42,9 @@ def stamped_body():
         return body[:j] + text + body[j:]
 
     body = insert("const float inv = rsqrtf(gemma_block_sum(ss, red) / H + EPS);", " STAMP(12);")
-    body = insert("    for (int n = gwarp; n < NQKV; n += nwarps) {", "    STAMP(13);\n", after=False)
+    body = insert("    gemma_rows<PAIR, WARPS>(w_qkv,", "    STAMP(13);\n", after=False)
     body = insert("      const int chunk = (n + S - 1) / S;", "      STAMP(14);\n", after=False)
-    body = insert("      if (lane == 0) {\n        part_m[warp] = m;", "      STAMP(15);\n", after=False)
+    body = insert("      // The warps' partial outputs, one query head at a time.", "      STAMP(15);\n", after=False)
     body = insert("      if (last_split) {", "      STAMP(16);\n", after=False)
     parts = body.split("  gemma_grid_sync(bar, G);")
     assert len(parts) == 6, "the kernel no longer has five grid barriers"
@@ -52,6 +52,13 @@ def stamped_body():
     for k in range(5):
         out += f"  STAMP({2 * k + 1}); gemma_grid_sync(bar, G); STAMP({2 * k + 2});" + parts[k + 1]
     return out + "  STAMP(11);\n"
+
+
+def query_heads_per_block(heads, kv_heads, dim):
+    """As `decode_layer` chooses: the most query heads of a key/value head
+    (a divisor of their count) with at most eight features a lane."""
+    shared = heads // kv_heads
+    return max(q for q in range(1, shared + 1) if shared % q == 0 and (q * (dim // 32) <= 8 or q == 1))
 
 
 def run(tag, scalars, hidden, inter, heads, kv_heads, dim, capacity, valid):
@@ -79,12 +86,13 @@ def run(tag, scalars, hidden, inter, heads, kv_heads, dim, capacity, valid):
         output_names=["out", "scratch", "partials", "times"], source=consts + stamped_body(),
         header=stamp + C["HEADER"] + C["LAYER_HEADER"])
     barrier = mx.zeros((160,), mx.int32)
-    splits = BLOCKS // heads
+    qb = query_heads_per_block(heads, kv_heads, dim)
+    splits = BLOCKS // (heads // qb)
 
     def call(x):
         return kernel(
             inputs=[x] + w[1:] + [barrier],
-            template=[("T", dt), ("D", dim), ("HQ", heads), ("HKV", kv_heads), ("WARPS", 16), ("SMEM", smem)],
+            template=[("T", dt), ("D", dim), ("HQ", heads), ("HKV", kv_heads), ("QB", qb), ("PAIR", 1), ("WARPS", 16), ("SMEM", smem)],
             grid=(BLOCKS * 512, 1, 1), threadgroup=(512, 1, 1),
             output_shapes=[(1, 1, hidden), ((heads + 2 * kv_heads) * dim + 2 * heads * dim + 3 * hidden + inter,),
                            (heads * splits * (dim + 2),), (BLOCKS * STAMPS,)],
