@@ -164,9 +164,10 @@ __device__ __forceinline__ void gemma_rows(const U* w, int N, int K, const U* xs
 /// The kernel body; see the module documentation. `scratch` holds, in
 /// order: q/k/v `[(HQ + 2·HKV)·D]`, the attention output `[HQ·D]`, the
 /// output projection `[H]`, the residual after attention `[H]`, the gated
-/// activations `[I]` and the down projection `[H]`. `partials` holds each attention split's running max, sum and
-/// unnormalised output; `barrier` the grid barriers' word and, from its
-/// 33rd int, one count of finished splits per group of query heads.
+/// activations `[I]` and the down projection `[H]`. `partials` holds each
+/// query head's attention splits' running max, sum and unnormalised
+/// output; `barrier` the grid barriers' word and, from its 33rd int, one
+/// count of finished splits per group of query heads.
 const DECODE_LAYER: &str = r#"
   constexpr int THREADS = WARPS * 32;
   constexpr int HALF = D / 2;
@@ -243,9 +244,9 @@ const DECODE_LAYER: &str = r#"
   // new key (RMSNorm, RoPE from the tables of phase 1) and warp QB + 1 the
   // new value, into shared memory; the first split's block of the key/value
   // head's first query heads also writes the key and value into the cache,
-  // and every block reads them at the new slot from shared memory. The warps share the split by an online
-  // softmax, merged in the block; the last block of a head to finish
-  // merges the head's splits.
+  // and every block reads them at the new slot from shared memory. The
+  // warps share the split by an online softmax, merged in the block; the
+  // last block of a group to finish merges the group's splits.
   {
     const int at = write_at[0];
     const int n = n_valid;
