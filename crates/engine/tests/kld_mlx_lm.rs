@@ -25,10 +25,18 @@ const Q8_Q4: &str = "ctk=q8_0,ctv=q4_0";
 /// some quantization decisions, and the flips grow through the residual
 /// stream (a different rounding of the q/k/v projections moves single-chunk
 /// q8 means by several percent). Our multi-token forward runs one product
-/// per projection, rounding as mlx-lm's does, so the means agree far closer
-/// than this bound (0.0 % when measured); a real fault (floats attended
-/// within the chunk, wrong bits or groups) moves them far more.
+/// per projection, rounding as mlx-lm's does, so the means agreed far closer
+/// than this bound (0.0 %) on the machine that made the fixture.
 const TOLERANCE: f64 = 0.02;
+
+/// Standard errors of our mean that a difference may also span. OpenBLAS
+/// picks its kernels by CPU, and they round differently: on an AMD EPYC
+/// where it runs its Cooper Lake kernels (2026-12-01), mlx-lm's own q8 means
+/// moved by up to 4.2 % per chunk from the fixture's, and ours differed
+/// from mlx-lm's by 4.2 % at q8 (0.004586 against 0.004787, 1.2 standard
+/// errors; q4 0.4 %). A real fault (floats attended within the chunk, wrong
+/// bits or groups) moves a mean by far more than either bound.
+const STANDARD_ERRORS: f64 = 2.0;
 
 fn mlx_lm() -> Value {
     let text = include_str!("fixtures/kld/mlx_lm_kld.json");
@@ -78,14 +86,15 @@ fn mean_kld_agrees_with_mlx_lm() {
         let c = by_canonical(ours, &format!("{spec},group=64,start=0"));
         assert_eq!(c["positions"], r["positions"], "{spec}");
         let (ours, theirs) = (num(c, "mean_kld"), num(r, "mean_kld"));
+        let error = num(c, "mean_kld_error");
         let relative = ours / theirs - 1.0;
         eprintln!(
-            "{spec}: mean KLD {ours:.6} (mlx-lm {theirs:.6}, {:+.2} %)",
+            "{spec}: mean KLD {ours:.6} ± {error:.6} (mlx-lm {theirs:.6}, {:+.2} %)",
             100.0 * relative
         );
         assert!(
-            relative.abs() < TOLERANCE,
-            "{spec}: {ours} against mlx-lm's {theirs}"
+            relative.abs() < TOLERANCE || (ours - theirs).abs() < STANDARD_ERRORS * error,
+            "{spec}: {ours} ± {error} against mlx-lm's {theirs}"
         );
     }
 }
