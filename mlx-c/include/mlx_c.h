@@ -219,6 +219,9 @@ int mlx_array_shape(const int** out, mlx_array a);
 int mlx_array_dtype(mlx_dtype* out, mlx_array a);
 int mlx_array_size(size_t* out, mlx_array a);
 int mlx_array_nbytes(size_t* out, mlx_array a);
+/** Whether `a` holds its data (it was evaluated, or made from data), rather
+ * than only the graph that computes it. */
+int mlx_array_is_available(bool* out, mlx_array a);
 int mlx_dtype_size(size_t* out, mlx_dtype dtype);
 /** Evaluates `a` and copies its elements, row-major, to `dst`, which holds
  * `dst_bytes` bytes: exactly nbytes(a). */

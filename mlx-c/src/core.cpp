@@ -330,6 +330,10 @@ int mlx_array_nbytes(size_t* out, mlx_array a) {
   return guard([&] { *need(out, "out") = arr(a, "a").nbytes(); });
 }
 
+int mlx_array_is_available(bool* out, mlx_array a) {
+  return guard([&] { *need(out, "out") = arr(a, "a").is_available(); });
+}
+
 int mlx_dtype_size(size_t* out, mlx_dtype d) {
   return guard([&] { *need(out, "out") = dtype(d).size(); });
 }

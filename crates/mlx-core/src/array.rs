@@ -288,6 +288,15 @@ impl Array {
         n
     }
 
+    /// Whether the array holds its data (it was evaluated, or made from
+    /// data) rather than only the graph that computes it.
+    pub fn is_evaluated(&self) -> bool {
+        let mut out = false;
+        // SAFETY: `raw` is live.
+        unsafe { sys::mlx_array_is_available(&mut out, self.raw) };
+        out
+    }
+
     /// Evaluates the array.
     pub fn eval(&self) -> Result<()> {
         eval(&[self])

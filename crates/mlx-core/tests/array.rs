@@ -332,3 +332,14 @@ fn eval_and_async_eval_compute_several_arrays() {
     assert_eq!(read_f32(&b), vec![1.0, 4.0]);
     assert_eq!(read_f32(&c), vec![2.0, 4.0]);
 }
+
+#[test]
+fn an_array_holds_its_data_once_evaluated() {
+    let a = f32s(&[1.0, 2.0], &[2]);
+    assert!(a.is_evaluated(), "made from host data");
+    let sum = a.add(&a).unwrap();
+    assert!(!sum.is_evaluated(), "a lazy sum is only its graph");
+    sum.eval().unwrap();
+    assert!(sum.is_evaluated());
+    assert_eq!(read_f32(&sum), [2.0, 4.0]);
+}

@@ -280,6 +280,10 @@ unsafe extern "C" {
     pub fn mlx_array_nbytes(out: *mut usize, a: mlx_array) -> ::std::os::raw::c_int;
 }
 unsafe extern "C" {
+    #[doc = " Whether `a` holds its data (it was evaluated, or made from data), rather\n than only the graph that computes it."]
+    pub fn mlx_array_is_available(out: *mut bool, a: mlx_array) -> ::std::os::raw::c_int;
+}
+unsafe extern "C" {
     pub fn mlx_dtype_size(out: *mut usize, dtype: mlx_dtype) -> ::std::os::raw::c_int;
 }
 unsafe extern "C" {
