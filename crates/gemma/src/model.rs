@@ -63,6 +63,22 @@ pub struct Layer {
 }
 
 impl Layer {
+    /// Every weight array of the block.
+    pub fn arrays(&self) -> Vec<&Array> {
+        let mut out = vec![&self.input_norm, &self.q_norm, &self.k_norm];
+        out.extend([&self.post_attention_norm, &self.pre_feedforward_norm]);
+        out.push(&self.post_feedforward_norm);
+        for p in [
+            &self.qkv_proj,
+            &self.o_proj,
+            &self.gate_up_proj,
+            &self.down_proj,
+        ] {
+            out.extend(p.arrays());
+        }
+        out
+    }
+
     /// The block's weights as [`decode_layer`] takes them; `None` when a
     /// projection is quantized.
     pub fn dense_weights(&self) -> Option<LayerWeights<'_>> {
@@ -369,11 +385,7 @@ impl Gemma3 {
         let mut out = self.embed.arrays();
         out.push(&self.norm);
         for l in &self.layers {
-            out.extend([&l.input_norm, &l.q_norm, &l.k_norm, &l.post_attention_norm]);
-            out.extend([&l.pre_feedforward_norm, &l.post_feedforward_norm]);
-            for p in [&l.qkv_proj, &l.o_proj, &l.gate_up_proj, &l.down_proj] {
-                out.extend(p.arrays());
-            }
+            out.extend(l.arrays());
         }
         out
     }

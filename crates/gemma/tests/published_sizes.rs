@@ -110,3 +110,35 @@ fn quantizing_weights_replaces_every_projection() {
     println!("weights {before} → {after} bytes ({ratio:.4})");
     assert!(ratio < expected_ratio + 0.01, "ratio {ratio}");
 }
+
+#[test]
+fn every_weight_is_made_when_the_model_loads() {
+    // The fused Q/K/V and gate/up projections are concatenations: left
+    // lazy, the last layer's gate/up (which no prompt cache needs) would be
+    // traced into a compiled decode step and copied again at every step.
+    let config = Gemma3Config::published("270m", Some(2)).unwrap();
+    for quantize in [None, Some((4, 64))] {
+        let loaded = load(
+            &ModelSource::Random {
+                config: Box::new(config.clone()),
+                seed: 3,
+            },
+            LoadOptions {
+                dtype: Dtype::Float32,
+                quantize,
+            },
+            &mut |_, _| {},
+        )
+        .unwrap();
+        let lazy = loaded
+            .model
+            .arrays()
+            .iter()
+            .filter(|a| !a.is_evaluated())
+            .count();
+        assert_eq!(
+            lazy, 0,
+            "{lazy} weight arrays left unevaluated ({quantize:?})"
+        );
+    }
+}
