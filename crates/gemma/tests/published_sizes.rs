@@ -113,9 +113,10 @@ fn quantizing_weights_replaces_every_projection() {
 
 #[test]
 fn every_weight_is_made_when_the_model_loads() {
-    // The fused Q/K/V and gate/up projections are concatenations: left
-    // lazy, the last layer's gate/up (which no prompt cache needs) would be
-    // traced into a compiled decode step and copied again at every step.
+    // The fused Q/K/V and gate/up projections are concatenations and the
+    // norms' weights are 1 + w: left lazy, the last layer's gate/up and
+    // norms (which no prompt cache needs) would be traced into a compiled
+    // decode step and made again at every step.
     let config = Gemma3Config::published("270m", Some(2)).unwrap();
     for quantize in [None, Some((4, 64))] {
         let loaded = load(
