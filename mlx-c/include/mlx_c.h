@@ -297,6 +297,10 @@ int mlx_astype(mlx_array* out, mlx_array a, mlx_dtype dtype, mlx_stream s);
 /* ---- linear algebra -------------------------------------------------------------------- */
 
 int mlx_matmul(mlx_array* out, mlx_array a, mlx_array b, mlx_stream s);
+/** The Walsh–Hadamard transform over the last axis (its size a power of two,
+ * possibly times 12, 20 or 28), times `scale`. */
+int mlx_hadamard_transform(mlx_array* out, mlx_array a, float scale,
+                           mlx_stream s);
 /** x @ wᵀ for w [N, K]. On the CPU, a single float32 row takes a
  * matrix-vector path (cblas_sgemv) instead of MLX's sgemm, which repacks w
  * on every call. */

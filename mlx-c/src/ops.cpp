@@ -223,6 +223,13 @@ int mlx_matmul(mlx_array* out, mlx_array a, mlx_array b, mlx_stream s) {
       [&] { put(out, mx::matmul(arr(a, "a"), arr(b, "b"), stream(s))); });
 }
 
+int mlx_hadamard_transform(mlx_array* out, mlx_array a, float scale,
+                           mlx_stream s) {
+  return guard([&] {
+    put(out, mx::hadamard_transform(arr(a, "a"), scale, stream(s)));
+  });
+}
+
 int mlx_addmm(mlx_array* out, mlx_array c, mlx_array a, mlx_array b,
               float alpha, float beta, mlx_stream s) {
   return guard([&] {

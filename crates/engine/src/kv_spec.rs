@@ -1,19 +1,21 @@
 //! KV-cache specs in llama.cpp's style: `ctk=q8_0,ctv=q4_0`, plus `group=`
 //! and `start=`.
 //!
-//! Types set the bit width of MLX affine quantization only (this is not
+//! The `q` types set the bit width of MLX affine quantization (this is not
 //! llama.cpp's block format; the names are kept for familiarity):
 //! `q8_0`/`q8` → 8, `q6_K`/`q6` → 6, `q5_0`/`q5_K`/`q5` → 5,
-//! `q4_0`/`q4_K`/`q4` → 4, `q3_K`/`q3` → 3, `q2_K`/`q2` → 2; `f32`, `f16`,
-//! `bf16` store unquantized in that dtype. A missing `ctk` or `ctv` means the
-//! compute dtype.
+//! `q4_0`/`q4_K`/`q4` → 4, `q3_K`/`q3` → 3, `q2_K`/`q2` → 2; `turbo2`,
+//! `turbo3`, `turbo4` are TurboQuant as the llama.cpp TurboQuant fork stores
+//! it (groups of 128 values, so `group=` does not apply to them); `f32`,
+//! `f16`, `bf16` store unquantized in that dtype. A missing `ctk` or `ctv`
+//! means the compute dtype.
 
 use gemma::cache::{CacheFormat, KvFormat};
 use mlx_core::Dtype;
 
 /// Accepted type names, for error messages.
-pub const ACCEPTED_TYPES: &str =
-    "q8_0, q8, q6_K, q6, q5_0, q5_K, q5, q4_0, q4_K, q4, q3_K, q3, q2_K, q2, f32, f16, bf16";
+pub const ACCEPTED_TYPES: &str = "q8_0, q8, q6_K, q6, q5_0, q5_K, q5, q4_0, q4_K, q4, q3_K, q3, \
+                                  q2_K, q2, turbo2, turbo3, turbo4, f32, f16, bf16";
 
 /// One side (keys or values) of a spec.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,8 +24,10 @@ pub enum KvType {
     Compute,
     /// Unquantized in this dtype.
     Float(Dtype),
-    /// Quantized with this many bits.
+    /// MLX affine quantization with this many bits.
     Bits(i32),
+    /// TurboQuant with this many bits (2, 3 or 4).
+    Turbo(i32),
 }
 
 impl KvType {
@@ -35,6 +39,9 @@ impl KvType {
             "q4_0" | "q4_K" | "q4_k" | "q4" => KvType::Bits(4),
             "q3_K" | "q3_k" | "q3" => KvType::Bits(3),
             "q2_K" | "q2_k" | "q2" => KvType::Bits(2),
+            "turbo2" => KvType::Turbo(2),
+            "turbo3" => KvType::Turbo(3),
+            "turbo4" => KvType::Turbo(4),
             "f32" => KvType::Float(Dtype::Float32),
             "f16" => KvType::Float(Dtype::Float16),
             "bf16" => KvType::Float(Dtype::Bfloat16),
@@ -51,6 +58,7 @@ impl KvType {
             KvType::Bits(5) => "q5_0".into(),
             KvType::Bits(4) => "q4_0".into(),
             KvType::Bits(b) => format!("q{b}_K"),
+            KvType::Turbo(b) => format!("turbo{b}"),
         }
     }
 
@@ -59,7 +67,12 @@ impl KvType {
             KvType::Compute => KvFormat::Float(None),
             KvType::Float(d) => KvFormat::Float(Some(d)),
             KvType::Bits(bits) => KvFormat::Quantized { bits, group_size },
+            KvType::Turbo(bits) => KvFormat::Turbo { bits },
         }
+    }
+
+    fn is_turbo(self) -> bool {
+        matches!(self, KvType::Turbo(_))
     }
 }
 
@@ -80,7 +93,8 @@ pub struct KvSpec {
     pub keys: KvType,
     /// Values.
     pub values: KvType,
-    /// Quantization group size (32, 64 or 128).
+    /// Affine quantization group size (32, 64 or 128; TurboQuant always
+    /// encodes groups of 128).
     pub group_size: i32,
     /// Tokens kept unquantized before quantization starts.
     pub start: usize,
@@ -162,16 +176,33 @@ impl KvSpec {
                 }
             }
         }
+        if seen.contains(&"group") && spec.has_turbo() {
+            return Err(err(
+                "group= does not apply to turbo2/3/4 (TurboQuant encodes groups of 128 \
+                 values); leave it out"
+                    .into(),
+            ));
+        }
         Ok(spec)
     }
 
-    /// The canonical form, e.g. `ctk=q8_0,ctv=q4_0,group=64,start=0`.
+    /// Whether keys or values are TurboQuant.
+    fn has_turbo(&self) -> bool {
+        self.keys.is_turbo() || self.values.is_turbo()
+    }
+
+    /// The canonical form, e.g. `ctk=q8_0,ctv=q4_0,group=64,start=0`
+    /// (without `group=` when a side is TurboQuant, which takes none).
     pub fn canonical(&self, compute: Dtype) -> String {
+        let group = if self.has_turbo() {
+            String::new()
+        } else {
+            format!(",group={}", self.group_size)
+        };
         format!(
-            "ctk={},ctv={},group={},start={}",
+            "ctk={},ctv={}{group},start={}",
             self.keys.canonical(compute),
             self.values.canonical(compute),
-            self.group_size,
             self.start
         )
     }
@@ -219,6 +250,32 @@ mod tests {
     }
 
     #[test]
+    fn parses_turbo_types_on_either_side() {
+        let spec = KvSpec::parse("ctk=q8_0,ctv=turbo4").unwrap();
+        assert_eq!(
+            (spec.keys, spec.values),
+            (KvType::Bits(8), KvType::Turbo(4))
+        );
+        assert_eq!(
+            spec.canonical(Dtype::Float32),
+            "ctk=q8_0,ctv=turbo4,start=0"
+        );
+        let f = KvSpec::parse("ctk=turbo3,ctv=f16,start=16")
+            .unwrap()
+            .cache_format()
+            .unwrap();
+        assert_eq!(f.keys, KvFormat::Turbo { bits: 3 });
+        assert_eq!(f.values, KvFormat::Float(Some(Dtype::Float16)));
+        for text in ["ctk=turbo2,ctv=turbo2", "ctk=turbo4,ctv=q8_0,start=7"] {
+            let canonical = KvSpec::parse(text).unwrap().canonical(Dtype::Float32);
+            assert_eq!(
+                KvSpec::parse(&canonical).unwrap().canonical(Dtype::Float32),
+                canonical
+            );
+        }
+    }
+
+    #[test]
     fn maps_types_to_cache_formats() {
         let f = KvSpec::parse("ctk=q5_K,ctv=bf16,group=128")
             .unwrap()
@@ -244,11 +301,15 @@ mod tests {
 
     #[test]
     fn rejects_bad_specs_listing_what_is_accepted() {
-        let e = KvSpec::parse("ctk=turbo3").unwrap_err().to_string();
+        let e = KvSpec::parse("ctk=turbo5").unwrap_err().to_string();
         assert!(
-            e.contains("turbo3") && e.contains("q8_0") && e.contains("bf16"),
+            e.contains("turbo5") && e.contains("turbo4") && e.contains("q8_0"),
             "{e}"
         );
+        let e = KvSpec::parse("ctk=q8_0,ctv=turbo3,group=64")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("group=") && e.contains("turbo"), "{e}");
         assert!(KvSpec::parse("group=48")
             .unwrap_err()
             .to_string()

@@ -217,6 +217,29 @@ fn on_the_cpu_the_default_decoding_is_eager_with_or_without_gpu_kernels() {
 }
 
 #[test]
+fn turbo_caches_decode_eagerly_when_the_compiled_step_is_asked_for() {
+    let (prompt, _, _) = mlx_lm_reference().swap_remove(0);
+    let run = |decode: &str| {
+        generate_json(
+            &[
+                &prompt,
+                "--max-tokens",
+                "8",
+                "--decode",
+                decode,
+                "--kv",
+                "ctk=turbo4,ctv=turbo3",
+            ],
+            None,
+        )
+    };
+    let (compiled, eager) = (run("compiled"), run("eager"));
+    assert_eq!(compiled["decode"], "eager");
+    assert_eq!(compiled["generation_tokens"], 8);
+    assert_eq!(compiled["token_ids"], eager["token_ids"]);
+}
+
+#[test]
 fn prompt_from_stdin() {
     let (prompt, _, expected) = mlx_lm_reference().swap_remove(0);
     let v = generate_json(&["--max-tokens", "6"], Some(&prompt));

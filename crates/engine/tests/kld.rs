@@ -151,15 +151,61 @@ fn self_test_and_identical_specs_give_zero() {
 
 #[test]
 fn unknown_type_lists_the_accepted_ones() {
-    let out = gemma_mlx(&["kld", "--corpus", CORPUS, "--cand", "ctk=turbo3"]);
+    let out = gemma_mlx(&["kld", "--corpus", CORPUS, "--cand", "ctk=turbo5"]);
     assert!(!out.status.success());
     let err = stderr(&out);
-    assert!(err.contains("turbo3"), "{err}");
+    assert!(err.contains("turbo5"), "{err}");
     for t in [
-        "q8_0", "q6_K", "q5_0", "q5_K", "q4_0", "q4_K", "q3_K", "q2_K", "f32", "f16", "bf16",
+        "q8_0", "q6_K", "q5_0", "q5_K", "q4_0", "q4_K", "q3_K", "q2_K", "turbo2", "turbo3",
+        "turbo4", "f32", "f16", "bf16",
     ] {
         assert!(err.contains(t), "'{t}' not listed: {err}");
     }
+}
+
+#[test]
+fn turbo_candidates_score_beside_affine_ones() {
+    let r = report(
+        "kld",
+        &[
+            "--corpus",
+            CORPUS,
+            "--cand",
+            "ctk=q8_0,ctv=turbo4",
+            "--cand",
+            "ctk=turbo3,ctv=turbo3",
+            "--ctx",
+            "256",
+            "--chunks",
+            "1",
+        ],
+    );
+    let mixed = by_canonical(&r, "ctk=q8_0,ctv=turbo4,start=0");
+    let turbo3 = by_canonical(&r, "ctk=turbo3,ctv=turbo3,start=0");
+    assert_stats(mixed, 1, 256);
+    assert_stats(turbo3, 1, 256);
+    // Gemma 3's keys cost more fidelity than its values: 3-bit TurboQuant
+    // keys lose more than 8-bit keys with 4-bit TurboQuant values.
+    assert!(num(mixed, "mean_kld") > 0.0 && num(mixed, "mean_kld") < num(turbo3, "mean_kld"));
+    // 18 layers of 256 positions, 1 head of 256 values (two groups of 128):
+    // q8_0 keys 256 + 2·4·4 bytes, turbo4 values 2·(64 + 2), turbo3 2·(48 + 2).
+    let per_position = |k: usize, v: usize| 18 * 256 * (k + v);
+    assert_eq!(mixed["kv_cache_bytes"], per_position(256 + 32, 2 * 66));
+    assert_eq!(turbo3["kv_cache_bytes"], per_position(2 * 50, 2 * 50));
+}
+
+#[test]
+fn group_with_a_turbo_side_is_an_error() {
+    let out = gemma_mlx(&[
+        "kld",
+        "--corpus",
+        CORPUS,
+        "--cand",
+        "ctk=q8_0,ctv=turbo3,group=32",
+    ]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(err.contains("group=") && err.contains("turbo"), "{err}");
 }
 
 #[test]

@@ -12,6 +12,7 @@ use mlx_core::device::{default_device, Device};
 use mlx_core::fast::{rms_norm, scaled_dot_product_attention, AttentionMask, RopeOffset};
 use mlx_core::{Array, Dtype, Function};
 
+use crate::cache::turbo::{rotate, unrotate};
 use crate::cache::{
     Attend, CacheError, CacheFormat, KeyMask, KvCache, KvStore, LayerCache, RotatingKvCache,
 };
@@ -463,7 +464,29 @@ fn gated_gelu(gate: &Array, up: &Array) -> Result<Array, ModelError> {
     })
 }
 
+/// Attention of queries `[B, Hq, L, D]` (RoPE applied, unscaled) over what
+/// a cache returned, on the default device; `gpu_kernels` lets it use our
+/// GPU kernels there. The eager forward pass attends through this.
+pub fn cache_attention(
+    q: &Array,
+    attend: &Attend,
+    scale: f32,
+    gpu_kernels: bool,
+) -> Result<Array, ModelError> {
+    let gpu = default_device()? == Device::Gpu;
+    let place = Placement {
+        gpu,
+        kernels: gpu && gpu_kernels,
+    };
+    attend_to(q, attend, scale, place)
+}
+
 /// Attention of queries `[B, Hq, L, D]` over what a cache returned.
+///
+/// TurboQuant keys and values are decoded in their rotated domain: the
+/// queries are rotated the same way when keys are (the rotation is
+/// orthogonal, so the scores are those of the original vectors), and the
+/// output is rotated back when values are.
 ///
 /// Quantized keys and values are attended to on their packed data on the GPU
 /// (it reads less memory), but dequantized first on the CPU, where MLX's
@@ -481,6 +504,20 @@ fn attend_to(
     scale: f32,
     place: Placement,
 ) -> Result<Array, ModelError> {
+    let (turbo_keys, turbo_values) = (
+        matches!(attend.keys, KvStore::Turbo(_)),
+        matches!(attend.values, KvStore::Turbo(_)),
+    );
+    if turbo_keys || turbo_values {
+        let decoded = Attend {
+            keys: decode_turbo(&attend.keys, q.dtype())?,
+            values: decode_turbo(&attend.values, q.dtype())?,
+            mask: attend.mask.clone(),
+        };
+        let queries = if turbo_keys { rotate(q)? } else { q.clone() };
+        let out = attend_to(&queries, &decoded, scale, place)?;
+        return Ok(if turbo_values { unrotate(&out)? } else { out });
+    }
     if let (true, KvStore::Float(k), KvStore::Float(v)) = (place.gpu, &attend.keys, &attend.values)
     {
         let valid = match &attend.mask {
@@ -494,15 +531,12 @@ fn attend_to(
             }
         }
     }
-    let float = |s: &KvStore| -> mlx_core::Result<Array> {
-        match s {
-            KvStore::Float(a) => Ok(a.clone()),
-            KvStore::Quantized(x) => x.dequantize()?.astype(q.dtype()),
-        }
-    };
     let (keys, values) = match (&attend.keys, &attend.values) {
         (KvStore::Float(k), KvStore::Float(v)) => (k.clone(), v.clone()),
-        _ if !place.gpu => (float(&attend.keys)?, float(&attend.values)?),
+        _ if !place.gpu => (
+            attend.keys.decoded(q.dtype())?,
+            attend.values.decoded(q.dtype())?,
+        ),
         _ => return quantized_attention(q, attend, scale),
     };
     let mask = match &attend.mask {
@@ -516,31 +550,28 @@ fn attend_to(
     )?)
 }
 
+/// A TurboQuant store as floats in its rotated domain; any other as it is.
+fn decode_turbo(store: &KvStore, dtype: Dtype) -> Result<KvStore, CacheError> {
+    Ok(match store {
+        KvStore::Turbo(t) => KvStore::Float(t.decode_rotated(dtype)?),
+        other => other.clone(),
+    })
+}
+
 /// Attention where keys or values are quantized, computed on the packed data
 /// as mlx-lm's `quantized_scaled_dot_product_attention` does.
 fn quantized_attention(q: &Array, attend: &Attend, scale: f32) -> Result<Array, ModelError> {
     let shape = q.shape();
     let (b, hq, l, d) = (shape[0], shape[1], shape[2], shape[3]);
-    let kv_shape = match &attend.keys {
-        KvStore::Float(k) => k.shape(),
-        KvStore::Quantized(k) => k.packed.shape(),
+    let hkv = match &attend.keys {
+        KvStore::Float(k) => k.dim(1)?,
+        KvStore::Quantized(k) => k.packed.dim(1)?,
+        KvStore::Turbo(k) => k.packed.dim(1)?,
     };
-    let hkv = kv_shape[1];
     let repeats = hq / hkv;
     let dtype = q.dtype();
     let mut queries = q.multiply(&Array::scalar(scale as f64, dtype)?)?;
-    let expand = |s: &KvStore| -> mlx_core::Result<KvStore> {
-        Ok(match s {
-            KvStore::Float(a) => KvStore::Float(a.expand_dims(&[-3])?),
-            KvStore::Quantized(x) => KvStore::Quantized(mlx_core::QuantizedArray {
-                packed: x.packed.expand_dims(&[-3])?,
-                scales: x.scales.expand_dims(&[-3])?,
-                biases: x.biases.expand_dims(&[-3])?,
-                group_size: x.group_size,
-                bits: x.bits,
-            }),
-        })
-    };
+    let expand = |s: &KvStore| s.map(|a| a.expand_dims(&[-3]));
     let (keys, values) = if repeats > 1 {
         queries = queries.reshape(&[b, hkv, repeats, l, d])?;
         (expand(&attend.keys)?, expand(&attend.values)?)
@@ -550,6 +581,7 @@ fn quantized_attention(q: &Array, attend: &Attend, scale: f32) -> Result<Array, 
     let mut scores = match &keys {
         KvStore::Float(k) => queries.matmul(&k.swapaxes(-1, -2)?)?,
         KvStore::Quantized(k) => k.matmul(&queries, true)?,
+        KvStore::Turbo(k) => queries.matmul(&k.decode(dtype)?.swapaxes(-1, -2)?)?,
     };
     let n_keys = scores.dim(-1)?;
     let lowest = Array::scalar(lowest_value(scores.dtype()), scores.dtype())?;
@@ -567,6 +599,7 @@ fn quantized_attention(q: &Array, attend: &Attend, scale: f32) -> Result<Array, 
     let out = match &values {
         KvStore::Float(v) => probs.matmul(v)?,
         KvStore::Quantized(v) => v.matmul(&probs, false)?,
+        KvStore::Turbo(v) => probs.matmul(&v.decode(dtype)?)?,
     };
     Ok(if repeats > 1 {
         out.reshape(&[b, hq, l, d])?

@@ -66,11 +66,10 @@ fn random_rows(seed: u64, n: i32, dtype: Dtype) -> (Rows, Array) {
 
 /// Host `[BATCH, HEADS, positions, DIM]` values of a store, dequantized.
 fn host(store: &KvStore) -> Vec<f32> {
-    let a = match store {
-        KvStore::Float(a) => a.clone(),
-        KvStore::Quantized(q) => q.dequantize().expect("dequantize"),
-    };
-    a.astype(Dtype::Float32)
+    store
+        .decoded(Dtype::Float32)
+        .expect("decode")
+        .astype(Dtype::Float32)
         .expect("astype")
         .to_vec::<f32>()
         .expect("to_vec")

@@ -43,7 +43,7 @@ fn expected(salts: &[i32]) -> Vec<f32> {
 fn float_store(store: &KvStore) -> &Array {
     match store {
         KvStore::Float(a) => a,
-        KvStore::Quantized(_) => panic!("expected a float store"),
+        _ => panic!("expected a float store"),
     }
 }
 
@@ -196,11 +196,10 @@ fn mask_rows(mask: &KeyMask) -> Vec<Vec<bool>> {
 
 /// Dequantized `[1, HEADS, positions, DIM]` values of a store, as f32.
 fn host(store: &KvStore) -> Vec<f32> {
-    let a = match store {
-        KvStore::Float(a) => a.clone(),
-        KvStore::Quantized(q) => q.dequantize().expect("dequantize"),
-    };
-    a.astype(Dtype::Float32)
+    store
+        .decoded(Dtype::Float32)
+        .expect("decode")
+        .astype(Dtype::Float32)
         .expect("astype")
         .to_vec::<f32>()
         .expect("to_vec")

@@ -117,11 +117,10 @@ impl History {
 
 /// Host `[1, heads, keys, DIM]` values of a store (dequantized), as f32.
 fn host(store: &KvStore) -> Vec<f32> {
-    let a = match store {
-        KvStore::Float(a) => a.clone(),
-        KvStore::Quantized(q) => q.dequantize().expect("dequantize"),
-    };
-    a.astype(Dtype::Float32)
+    store
+        .decoded(Dtype::Float32)
+        .expect("decode")
+        .astype(Dtype::Float32)
         .expect("astype")
         .to_vec::<f32>()
         .expect("to_vec")

@@ -72,6 +72,21 @@ fn residual_norms_kernel_matches_mlx_operations() {
     }
 }
 
+/// A float16 KV cache under a bfloat16 model gives a float32 attention
+/// branch: the residual then takes MLX's operations, on any device, instead
+/// of a kernel whose inputs share one dtype.
+#[test]
+fn residual_norms_of_mixed_dtypes_take_mlx_operations() {
+    let key = random::key(13).unwrap();
+    let x = normal(&[1, 2, 640], 4.0, &key, Dtype::Bfloat16);
+    let r = normal(&[1, 2, 640], 30.0, &key, Dtype::Float32);
+    let w = random::uniform(0.5, 1.5, &[640], Dtype::Bfloat16, Some(&key)).unwrap();
+    let (h, n) = residual_norms(&x, &r, &w, &w, 1e-6, true).unwrap();
+    let (h0, n0) = residual_norms(&x, &r, &w, &w, 1e-6, false).unwrap();
+    assert_eq!(h.dtype(), Dtype::Float32);
+    assert_eq!((floats(&h), floats(&n)), (floats(&h0), floats(&n0)));
+}
+
 #[test]
 fn qk_norm_rope_kernel_matches_mlx_operations() {
     if !on_gpu() {

@@ -289,6 +289,13 @@ impl Array {
         new_array(|out| unsafe { sys::mlx_matmul(out, self.raw(), other.raw(), DEFAULT) })
     }
 
+    /// The Walsh–Hadamard transform over the last axis (a butterfly over
+    /// strides 1, 2, 4, …, its size a power of two), times `scale`.
+    pub fn hadamard_transform(&self, scale: f32) -> Result<Array> {
+        // SAFETY: live handle in, new handle out.
+        new_array(|out| unsafe { sys::mlx_hadamard_transform(out, self.raw(), scale, DEFAULT) })
+    }
+
     /// `self @ wᵀ` for `w` `[N, K]`. On the CPU a single float32 row takes a
     /// matrix-vector path (BLAS `sgemv`) instead of a matrix product, which
     /// would repack `w` on every call.

@@ -520,6 +520,15 @@ unsafe extern "C" {
     ) -> ::std::os::raw::c_int;
 }
 unsafe extern "C" {
+    #[doc = " The Walsh–Hadamard transform over the last axis (its size a power of two,\n possibly times 12, 20 or 28), times `scale`."]
+    pub fn mlx_hadamard_transform(
+        out: *mut mlx_array,
+        a: mlx_array,
+        scale: f32,
+        s: mlx_stream,
+    ) -> ::std::os::raw::c_int;
+}
+unsafe extern "C" {
     #[doc = " x @ wᵀ for w [N, K]. On the CPU, a single float32 row takes a\n matrix-vector path (cblas_sgemv) instead of MLX's sgemm, which repacks w\n on every call."]
     pub fn mlx_linear(
         out: *mut mlx_array,

@@ -1,8 +1,10 @@
-//! How a cache stores key or value vectors: floats of one dtype, or MLX
-//! affine quantization with per-group scales and biases.
+//! How a cache stores key or value vectors: floats of one dtype, MLX
+//! affine quantization with per-group scales and biases, or TurboQuant
+//! ([`super::turbo`]).
 
 use mlx_core::{concatenate, quantize, zeros, Array, Dtype, QuantizedArray};
 
+use super::turbo::{self, TurboArray, TURBO_GROUP};
 use super::CacheError;
 
 /// The storage format of keys or of values.
@@ -17,11 +19,20 @@ pub enum KvFormat {
         /// 32, 64 or 128.
         group_size: i32,
     },
+    /// TurboQuant with `bits` per value (2, 3 or 4), in groups of 128 values
+    /// with one float16 norm each, decoded in the rotated domain.
+    Turbo {
+        /// 2, 3 or 4.
+        bits: i32,
+    },
 }
 
 impl KvFormat {
     /// Checks that the format is one MLX can store for vectors of `dim` values.
     pub fn validate(&self, dim: i32) -> Result<(), CacheError> {
+        if let KvFormat::Turbo { bits } = *self {
+            return turbo::validate(bits, dim);
+        }
         if let KvFormat::Quantized { bits, group_size } = *self {
             if ![2, 3, 4, 5, 6, 8].contains(&bits) {
                 return Err(CacheError::Format(format!(
@@ -43,15 +54,25 @@ impl KvFormat {
     }
 
     /// Bytes one stored vector of `dim` values takes: `dim·bits/8` packed
-    /// bytes plus `2·dim/group` scales and biases in `compute` for a quantized
-    /// format; `dim` values of the stored dtype otherwise.
+    /// bytes plus `2·dim/group` scales and biases in `compute` for an affine
+    /// format; `dim·bits/8` packed bytes plus a float16 norm per 128 values
+    /// for TurboQuant; `dim` values of the stored dtype otherwise.
     pub fn bytes_per_vector(&self, dim: usize, compute: Dtype) -> usize {
         match *self {
             KvFormat::Float(dtype) => dim * dtype.unwrap_or(compute).size_bytes(),
             KvFormat::Quantized { bits, group_size } => {
                 dim * bits as usize / 8 + 2 * (dim / group_size as usize) * compute.size_bytes()
             }
+            KvFormat::Turbo { bits } => {
+                let groups = dim / TURBO_GROUP as usize;
+                groups * (turbo::packed_group_bytes(bits) as usize + Dtype::Float16.size_bytes())
+            }
         }
+    }
+
+    /// Whether vectors are stored as plain floats.
+    pub fn is_float(&self) -> bool {
+        matches!(self, KvFormat::Float(_))
     }
 }
 
@@ -64,6 +85,8 @@ pub enum KvStore {
     Float(Array),
     /// Quantized vectors.
     Quantized(QuantizedArray),
+    /// TurboQuant vectors (rotated domain).
+    Turbo(TurboArray),
 }
 
 impl KvStore {
@@ -79,40 +102,34 @@ impl KvStore {
             KvFormat::Quantized { bits, group_size } => {
                 KvStore::Quantized(quantize(x, group_size, bits)?)
             }
+            KvFormat::Turbo { bits } => KvStore::Turbo(TurboArray::encode(x, bits)?),
         })
     }
 
     /// The store re-encoded in `format` (used when a cache that kept its
-    /// first tokens unquantized starts quantizing). A quantized store stays
+    /// first tokens unquantized starts quantizing). A compressed store stays
     /// as it is.
     pub fn convert(&self, format: KvFormat) -> Result<KvStore, CacheError> {
         match self {
             KvStore::Float(a) => KvStore::encode(a, format),
-            KvStore::Quantized(_) => Ok(self.clone()),
+            KvStore::Quantized(_) | KvStore::Turbo(_) => Ok(self.clone()),
         }
     }
 
     /// An all-zero store of `positions` vectors shaped like `like`.
     pub fn zeros_like(like: &KvStore, positions: i32) -> Result<KvStore, CacheError> {
-        let resized = |a: &Array| -> Result<Array, CacheError> {
+        like.map(|a| {
             let mut shape = a.shape();
             shape[2] = positions;
-            Ok(zeros(&shape, a.dtype())?)
-        };
-        Ok(match like {
-            KvStore::Float(a) => KvStore::Float(resized(a)?),
-            KvStore::Quantized(q) => KvStore::Quantized(QuantizedArray {
-                packed: resized(&q.packed)?,
-                scales: resized(&q.scales)?,
-                biases: resized(&q.biases)?,
-                group_size: q.group_size,
-                bits: q.bits,
-            }),
+            zeros(&shape, a.dtype())
         })
     }
 
     /// Applies `f` to every array of the store.
-    fn map(&self, f: impl Fn(&Array) -> mlx_core::Result<Array>) -> Result<KvStore, CacheError> {
+    pub(crate) fn map(
+        &self,
+        f: impl Fn(&Array) -> mlx_core::Result<Array>,
+    ) -> Result<KvStore, CacheError> {
         Ok(match self {
             KvStore::Float(a) => KvStore::Float(f(a)?),
             KvStore::Quantized(q) => KvStore::Quantized(QuantizedArray {
@@ -121,6 +138,11 @@ impl KvStore {
                 biases: f(&q.biases)?,
                 group_size: q.group_size,
                 bits: q.bits,
+            }),
+            KvStore::Turbo(t) => KvStore::Turbo(TurboArray {
+                packed: f(&t.packed)?,
+                norms: f(&t.norms)?,
+                bits: t.bits,
             }),
         })
     }
@@ -140,9 +162,14 @@ impl KvStore {
                 group_size: a.group_size,
                 bits: a.bits,
             }),
+            (KvStore::Turbo(a), KvStore::Turbo(b)) => KvStore::Turbo(TurboArray {
+                packed: f(&a.packed, &b.packed)?,
+                norms: f(&a.norms, &b.norms)?,
+                bits: a.bits,
+            }),
             _ => {
                 return Err(CacheError::Format(
-                    "mixing float and quantized stores".into(),
+                    "mixing stores of different formats".into(),
                 ))
             }
         })
@@ -153,6 +180,7 @@ impl KvStore {
         let shape = match self {
             KvStore::Float(a) => a.shape(),
             KvStore::Quantized(q) => q.packed.shape(),
+            KvStore::Turbo(t) => t.packed.shape(),
         };
         shape.get(2).copied().unwrap_or(0)
     }
@@ -200,6 +228,27 @@ impl KvStore {
         match self {
             KvStore::Float(a) => a.nbytes(),
             KvStore::Quantized(q) => q.nbytes(),
+            KvStore::Turbo(t) => t.nbytes(),
+        }
+    }
+
+    /// The vectors as floats in their original domain: a float store as it
+    /// is, a compressed one decoded into `dtype` (dequantized, or decoded and
+    /// rotated back).
+    pub fn decoded(&self, dtype: Dtype) -> Result<Array, CacheError> {
+        match self {
+            KvStore::Float(a) => Ok(a.clone()),
+            KvStore::Quantized(q) => Ok(q.dequantize()?.astype(dtype)?),
+            KvStore::Turbo(t) => t.decode(dtype),
+        }
+    }
+
+    /// The arrays held.
+    pub fn arrays(&self) -> Vec<&Array> {
+        match self {
+            KvStore::Float(a) => vec![a],
+            KvStore::Quantized(q) => vec![&q.packed, &q.scales, &q.biases],
+            KvStore::Turbo(t) => vec![&t.packed, &t.norms],
         }
     }
 }

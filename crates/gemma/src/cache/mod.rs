@@ -3,8 +3,9 @@
 //! - [`KvCache`] (global layers): grows in steps of [`STEP`] positions.
 //! - [`RotatingKvCache`] (sliding layers): a ring buffer of the window size.
 //!
-//! Both store keys and values in any [`KvFormat`] — floats or MLX affine
-//! quantization, with independent formats for keys and values — so a
+//! Both store keys and values in any [`KvFormat`] — floats, MLX affine
+//! quantization or TurboQuant ([`turbo`]), with independent formats for keys
+//! and values — so a
 //! "quantized cache" is either kind with a quantized format: quantization is a
 //! storage format ([`KvStore`]), not a third kind of cache. Vectors are encoded
 //! as they enter, so the queries of a prefill chunk attend to the stored
@@ -13,10 +14,12 @@
 mod format;
 mod plain;
 mod rotating;
+pub mod turbo;
 
 pub use format::{KvFormat, KvStore};
 pub use plain::KvCache;
 pub use rotating::RotatingKvCache;
+pub use turbo::TurboArray;
 
 pub(crate) use plain::causal_mask;
 
@@ -243,10 +246,7 @@ pub(crate) fn pair_arrays<'a>(
 ) -> Vec<&'a Array> {
     keys.iter()
         .chain(values.iter())
-        .flat_map(|store| match store {
-            KvStore::Float(a) => vec![a],
-            KvStore::Quantized(q) => vec![&q.packed, &q.scales, &q.biases],
-        })
+        .flat_map(KvStore::arrays)
         .collect()
 }
 
@@ -270,7 +270,7 @@ pub(crate) fn reserve_fixed_pair(
     for (store, stored) in [(keys, now.keys), (values, now.values)] {
         let dtype = match stored {
             KvFormat::Float(d) => d.unwrap_or(spec.dtype),
-            KvFormat::Quantized { .. } => {
+            KvFormat::Quantized { .. } | KvFormat::Turbo { .. } => {
                 return Err(CacheError::Format(
                     "fixed-shape buffers must hold floats".into(),
                 ))
@@ -318,16 +318,12 @@ pub(crate) fn fixed_slot_of(
 
 /// Whether both formats are float and the buffers (if any) float of batch 1.
 fn fixed_ready(keys: &Option<KvStore>, values: &Option<KvStore>, format: CacheFormat) -> bool {
-    let float_format = |f: KvFormat| matches!(f, KvFormat::Float(_));
     let float_store = |s: &Option<KvStore>| match s {
         None => true,
         Some(KvStore::Float(a)) => a.shape().first() == Some(&1),
-        Some(KvStore::Quantized(_)) => false,
+        Some(KvStore::Quantized(_) | KvStore::Turbo(_)) => false,
     };
-    float_format(format.keys)
-        && float_format(format.values)
-        && float_store(keys)
-        && float_store(values)
+    format.keys.is_float() && format.values.is_float() && float_store(keys) && float_store(values)
 }
 
 /// Bytes held by a cache's key and value buffers.

@@ -326,7 +326,9 @@ fn two(mut out: Vec<Array>, kernel: &str) -> mlx_core::Result<(Array, Array)> {
 
 /// `h = x + rms_norm(r, w_post)` and `rms_norm(h, w_next)`: a residual
 /// connection between a branch's post-norm and the next pre-norm. With
-/// `fused`, one GPU kernel; otherwise three MLX operations.
+/// `fused`, one GPU kernel when all four arrays share a dtype (a float16
+/// KV cache under a bfloat16 model gives a float32 branch); otherwise three
+/// MLX operations.
 pub fn residual_norms(
     x: &Array,
     r: &Array,
@@ -335,7 +337,8 @@ pub fn residual_norms(
     eps: f32,
     fused: bool,
 ) -> mlx_core::Result<(Array, Array)> {
-    if !fused {
+    let one_dtype = [r, w_post, w_next].iter().all(|a| a.dtype() == x.dtype());
+    if !fused || !one_dtype {
         let h = x.add(&rms_norm(r, Some(w_post), eps)?)?;
         let normed = rms_norm(&h, Some(w_next), eps)?;
         return Ok((h, normed));
