@@ -410,9 +410,14 @@ fn bad_flags_fail_with_a_message() {
         &["presence_window", "[1, 2147483647]"],
     );
     assert_fails(
-        &["generate", "hi", "--kv", "ctk=turbo3"],
+        &["generate", "hi", "--kv", "ctk=turbo5"],
         None,
-        &["turbo3", "q8_0"],
+        &["turbo5", "turbo4", "q8_0"],
+    );
+    assert_fails(
+        &["generate", "hi", "--kv", "ctk=turbo3,group=32"],
+        None,
+        &["group=", "turbo"],
     );
     assert_fails(&["generate", "hi", "--logit-bias", "5"], None, &["ID=BIAS"]);
     assert_fails(

@@ -371,7 +371,13 @@ impl Gemma3 {
         )?;
         let v = v.reshape(&[b, l, hkv, d])?.transpose(&[0, 2, 1, 3])?;
         let attend = target.update(&k, &v)?;
-        let out = attend_to(&q, &attend, c.attention_scale(), place)?;
+        let mut out = attend_to(&q, &attend, c.attention_scale(), place)?;
+        if out.dtype() != q.dtype() {
+            // Keys or values of another float dtype (a float16 cache under a
+            // bfloat16 model) promote attention to float32: the residual
+            // stream stays in the compute dtype.
+            out = out.astype(q.dtype())?;
+        }
         let out = out.transpose(&[0, 2, 1, 3])?.reshape(&[b, l, hq * d])?;
         Ok(layer.o_proj.forward_with(&out, fused)?)
     }

@@ -17,12 +17,17 @@ const TOKENS: usize = 40;
 const WINDOW: usize = 8;
 
 fn tiny_config(window: usize) -> Gemma3Config {
+    config_with_heads(window, 64)
+}
+
+/// The tiny configuration with heads of `head_dim` values.
+fn config_with_heads(window: usize, head_dim: usize) -> Gemma3Config {
     let mut c = Gemma3Config::published("270m", Some(3)).expect("published config");
     c.hidden_size = 64;
     c.num_attention_heads = 4;
     c.num_key_value_heads = 2;
-    c.head_dim = 64;
-    c.query_pre_attn_scalar = 64.0;
+    c.head_dim = head_dim;
+    c.query_pre_attn_scalar = head_dim as f32;
     c.intermediate_size = 128;
     c.vocab_size = 256;
     c.sliding_window = window;
@@ -154,6 +159,81 @@ fn eight_bit_cache_logits_are_finite_and_close() {
     let d4 = max_diff(&logits(&model, quantized(4), TOKENS), &float);
     println!("4-bit cache vs float cache {d4:e}");
     assert!(d4 > 4.0 * dq, "4-bit error {d4} vs 8-bit error {dq}");
+}
+
+#[test]
+fn turbo_cache_logits_are_close_whatever_the_chunking() {
+    // Heads of 128 values: one TurboQuant group each.
+    let model = random_model(config_with_heads(WINDOW, 128), Dtype::Float32, 17);
+    let float = logits(&model, CacheFormat::COMPUTE, TOKENS);
+    let scale = max_abs(&float);
+    let t = |bits| KvFormat::Turbo { bits };
+    let mixed = CacheFormat {
+        keys: KvFormat::Quantized {
+            bits: 8,
+            group_size: 64,
+        },
+        values: t(3),
+    };
+    let mut errors = Vec::new();
+    for (name, format) in [
+        (
+            "turbo4",
+            CacheFormat {
+                keys: t(4),
+                values: t(4),
+            },
+        ),
+        (
+            "turbo2",
+            CacheFormat {
+                keys: t(2),
+                values: t(2),
+            },
+        ),
+        ("q8_0/turbo3", mixed),
+    ] {
+        let whole = logits(&model, format, TOKENS);
+        let by_token = logits(&model, format, 1);
+        let by_seven = logits(&model, format, 7);
+        let (d1, d7, dq) = (
+            max_diff(&whole, &by_token),
+            max_diff(&whole, &by_seven),
+            max_diff(&whole, &float),
+        );
+        println!(
+            "{name} cache: one-shot vs token-by-token {d1:e}, vs chunks of 7 {d7:e}, \
+             vs float cache {dq:e} (max |logit| {scale:.4})"
+        );
+        assert!(
+            whole.iter().all(|x| x.is_finite()),
+            "{name}: non-finite logits"
+        );
+        assert!(d1 < 0.01 * scale, "{name}: token by token differs by {d1}");
+        assert!(d7 < 0.01 * scale, "{name}: chunks of 7 differ by {d7}");
+        errors.push(dq);
+    }
+    // 2 bits lose more than 4 bits.
+    assert!(
+        errors[1] > errors[0],
+        "turbo2 {} vs turbo4 {}",
+        errors[1],
+        errors[0]
+    );
+}
+
+#[test]
+fn a_float16_cache_under_a_bfloat16_model_keeps_the_stream_in_bfloat16() {
+    let model = random_model(tiny_config(WINDOW), Dtype::Bfloat16, 17);
+    let f16 = KvFormat::Float(Some(Dtype::Float16));
+    let format = CacheFormat {
+        keys: f16,
+        values: f16,
+    };
+    let mut caches = model.make_caches(format).expect("caches");
+    let tokens = Array::from_slice(&token_ids()[..5], &[1, 5]).expect("tokens");
+    let hidden = model.hidden(&tokens, &mut caches).expect("forward");
+    assert_eq!(hidden.dtype(), Dtype::Bfloat16);
 }
 
 #[test]
