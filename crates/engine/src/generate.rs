@@ -31,7 +31,8 @@ pub struct Generation {
     /// Why it ended.
     pub finish_reason: FinishReason,
     /// How the tokens after the prompt were decoded: compiled only when asked
-    /// for and the cache could be reserved (a quantizing cache decodes
+    /// for and the cache could be reserved (a cache that keeps floats for
+    /// `kv_start` tokens and switches format while generating decodes
     /// eagerly).
     pub decode: DecodeMode,
     /// Speed and memory.
@@ -125,8 +126,9 @@ pub fn generate(
         mlx_core::eval(&arrays)?;
     }
 
-    // Every token from the last prompt token on is a single-token step: with
-    // a float cache, reserve it for the whole generation and step compiled.
+    // Every token from the last prompt token on is a single-token step:
+    // reserve the cache for the whole generation and step compiled (unless
+    // its format changes before the end).
     let fixed = match options.decode {
         DecodeMode::Compiled => {
             let step = DecodeStep::new(model, true)?;

@@ -217,7 +217,7 @@ fn on_the_cpu_the_default_decoding_is_eager_with_or_without_gpu_kernels() {
 }
 
 #[test]
-fn turbo_caches_decode_eagerly_when_the_compiled_step_is_asked_for() {
+fn turbo_caches_take_the_compiled_step_with_the_tokens_of_eager_decoding() {
     let (prompt, _, _) = mlx_lm_reference().swap_remove(0);
     let run = |decode: &str| {
         generate_json(
@@ -234,7 +234,8 @@ fn turbo_caches_decode_eagerly_when_the_compiled_step_is_asked_for() {
         )
     };
     let (compiled, eager) = (run("compiled"), run("eager"));
-    assert_eq!(compiled["decode"], "eager");
+    assert_eq!(compiled["decode"], "compiled");
+    assert_eq!(eager["decode"], "eager");
     assert_eq!(compiled["generation_tokens"], 8);
     assert_eq!(compiled["token_ids"], eager["token_ids"]);
 }

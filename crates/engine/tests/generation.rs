@@ -629,8 +629,8 @@ fn compiled_decoding_continues_a_conversation_as_eager_decoding_does() {
     assert_eq!(turns(&compiled(30)), eager);
     let (g, _) = run_keeping_caches(&engine, &prompt(20), &compiled(5));
     assert_eq!(g.decode, DecodeMode::Compiled);
-    // An 8-bit cache cannot take fixed-shape steps: compiled falls back to
-    // eager decoding, token for token.
+    // An 8-bit cache takes fixed-shape steps too, and gives the tokens of
+    // eager decoding in both turns.
     let q8 = gemma::cache::KvFormat::Quantized {
         bits: 8,
         group_size: 64,
@@ -647,8 +647,15 @@ fn compiled_decoding_continues_a_conversation_as_eager_decoding_does() {
         turns(&quantized(DecodeMode::Compiled)),
         turns(&quantized(DecodeMode::Eager))
     );
-    // The generation says it decoded eagerly.
     let (g, _) = run_keeping_caches(&engine, &prompt(20), &quantized(DecodeMode::Compiled));
+    assert_eq!(g.decode, DecodeMode::Compiled);
+    // A cache that keeps floats past the prompt changes its format while
+    // generating: compiled falls back to eager decoding, and says so.
+    let later = GenerateOptions {
+        kv_start: 25,
+        ..quantized(DecodeMode::Compiled)
+    };
+    let (g, _) = run_keeping_caches(&engine, &prompt(20), &later);
     assert_eq!(g.decode, DecodeMode::Eager);
 }
 

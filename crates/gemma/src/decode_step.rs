@@ -3,19 +3,21 @@
 //!
 //! The eager forward pass builds its graph anew through the FFI for every
 //! token, with key lengths that grow by one per step. Here the caches are
-//! reserved up front ([`LayerCache::reserve_fixed`]: float buffers of their
-//! final capacity), each new key and value is written at a position held in
-//! an array, and attention runs over the whole buffers masked to their valid
-//! positions (on the GPU through [`crate::kernels::decode_attention`], which
-//! reads only those; with [`Gemma3::gpu_kernels`], each whole block runs as
-//! one [`crate::kernels::decode_layer`] kernel, which writes the buffers in
+//! reserved up front ([`LayerCache::reserve_fixed`]: buffers of their final
+//! capacity in the cache's format, float or compressed), each new key and
+//! value is encoded in that format and written at a position held in an
+//! array, and attention runs over the whole buffers masked to their valid
+//! positions (for float buffers on the GPU through
+//! [`crate::kernels::decode_attention`], which reads only those; with
+//! [`Gemma3::gpu_kernels`], each whole block of float buffers runs as one
+//! [`crate::kernels::decode_layer`] kernel, which writes the buffers in
 //! place). Shapes never change, so MLX traces the step once;
 //! every later step replays the traced graph (its elementwise chains fused)
 //! without building it again.
 
 use mlx_core::{arange, where_, Array, Dtype, Function};
 
-use crate::cache::{Attend, FixedSlot, KeyMask, KvStore, LayerCache, VectorSpec};
+use crate::cache::{Attend, CacheError, FixedSlot, KeyMask, KvStore, LayerCache, VectorSpec};
 use crate::kernels::LayerKv;
 use crate::model::{Gemma3, KvTarget, ModelError};
 
@@ -44,8 +46,8 @@ struct KindSlot {
 /// `write_at`, attended to on their first `valid` positions (`mask` says the
 /// same as an additive mask).
 pub(crate) struct FixedTarget<'a> {
-    keys: Array,
-    values: Array,
+    keys: KvStore,
+    values: KvStore,
     /// The RoPE position of the token.
     pub(crate) position: &'a Array,
     write_at: &'a Array,
@@ -55,33 +57,33 @@ pub(crate) struct FixedTarget<'a> {
 
 impl FixedTarget<'_> {
     /// The buffers and positions as the fused decode-layer kernel takes
-    /// them (it writes the buffers in place, so they stay this target's).
-    pub(crate) fn layer_kv(&self) -> LayerKv<'_> {
-        LayerKv {
-            keys: &self.keys,
-            values: &self.values,
+    /// them (it writes the buffers in place, so they stay this target's);
+    /// `None` for compressed buffers, which the kernel does not read.
+    pub(crate) fn layer_kv(&self) -> Option<LayerKv<'_>> {
+        let (KvStore::Float(keys), KvStore::Float(values)) = (&self.keys, &self.values) else {
+            return None;
+        };
+        Some(LayerKv {
+            keys,
+            values,
             position: self.position,
             write_at: self.write_at,
             valid: self.valid,
-        }
+        })
     }
 
-    /// Writes one token's keys and values `[1, Hkv, 1, D]` into the buffers
-    /// (cast to their dtype); returns the whole buffers under the mask.
-    pub(crate) fn update(&mut self, keys: &Array, values: &Array) -> mlx_core::Result<Attend> {
-        let write = |buffer: &Array, new: &Array| -> mlx_core::Result<Array> {
-            let new = if new.dtype() == buffer.dtype() {
-                new.clone()
-            } else {
-                new.astype(buffer.dtype())?
-            };
-            buffer.slice_update_dynamic(&new, self.write_at, &[2])
+    /// Writes one token's keys and values `[1, Hkv, 1, D]` into the buffers,
+    /// encoded in their format (cast to their dtype for floats); returns the
+    /// whole buffers under the mask.
+    pub(crate) fn update(&mut self, keys: &Array, values: &Array) -> Result<Attend, CacheError> {
+        let write = |buffer: &KvStore, new: &Array| -> Result<KvStore, CacheError> {
+            buffer.write_dynamic(&KvStore::encode(new, buffer.format())?, self.write_at)
         };
         self.keys = write(&self.keys, keys)?;
         self.values = write(&self.values, values)?;
         Ok(Attend {
-            keys: KvStore::Float(self.keys.clone()),
-            values: KvStore::Float(self.values.clone()),
+            keys: self.keys.clone(),
+            values: self.values.clone(),
             mask: KeyMask::Leading {
                 valid: self.valid.clone(),
                 additive: self.mask.clone(),
@@ -122,8 +124,8 @@ impl DecodeStep {
 
     /// Readies `caches` (from [`Gemma3::make_caches`]) for steps until they
     /// hold `positions` tokens. Returns false when some cache cannot take
-    /// fixed-shape steps (it quantizes, or holds a batch of several); the
-    /// eager forward pass then serves.
+    /// fixed-shape steps (its format changes before then, or it holds a
+    /// batch of several); the eager forward pass then serves.
     pub fn reserve(&self, caches: &mut [LayerCache], positions: i32) -> Result<bool, ModelError> {
         for cache in caches.iter_mut() {
             if !cache.reserve_fixed(positions, self.spec)? {
@@ -197,31 +199,31 @@ impl DecodeStep {
         let token = token.astype(Dtype::Uint32)?;
         let mut inputs: Vec<&Array> = vec![&token, &slot_values];
         for slot in &slots {
-            inputs.extend([&slot.keys, &slot.values]);
+            inputs.extend(slot.keys.arrays());
+            inputs.extend(slot.values.arrays());
         }
         // The caches drop their old buffers as they take the new ones, so by
         // evaluation only the step's graph holds them and MLX writes in place.
-        let mut outputs = self.function.call(&inputs)?.into_iter();
-        let logits = outputs
-            .next()
+        let outputs = self.function.call(&inputs)?;
+        let (logits, mut buffers) = outputs
+            .split_first()
             .ok_or_else(|| ModelError::Input("the decode step returned nothing".into()))?;
         for cache in caches.iter_mut() {
-            let (Some(keys), Some(values)) = (outputs.next(), outputs.next()) else {
-                return Err(ModelError::Input(
-                    "the decode step returned too few buffers".into(),
-                ));
-            };
+            let (keys, taken) = KvStore::from_arrays(buffers, self.spec.dim)?;
+            let (values, rest) = KvStore::from_arrays(&buffers[taken..], self.spec.dim)?;
+            buffers = &buffers[taken + rest..];
             cache.commit_fixed(keys, values);
         }
-        Ok(logits)
+        Ok(logits.clone())
     }
 }
 
 /// The traced step: inputs `[token, slots, k₀, v₀, k₁, v₁, …]` (the slots
-/// as [`SLOTS`] says), outputs `[logits, k₀', v₀', …]`.
+/// as [`SLOTS`] says, each buffer the arrays of its store, see
+/// [`KvStore::from_arrays`]), outputs `[logits, k₀', v₀', …]` alike.
 fn fixed_forward(model: &Gemma3, inputs: &[Array]) -> mlx_core::Result<Vec<Array>> {
     let host = |e: ModelError| match e {
-        ModelError::Mlx(e) => e,
+        ModelError::Mlx(e) | ModelError::Cache(CacheError::Mlx(e)) => e,
         other => mlx_core::Error::Host(other.to_string()),
     };
     let (Some([token, slots]), buffers) = (
@@ -239,10 +241,18 @@ fn fixed_forward(model: &Gemma3, inputs: &[Array]) -> mlx_core::Result<Vec<Array
     let [position, write_at, global_valid, ring_position, ring_at, ring_valid] =
         [slot(0)?, slot(1)?, slot(2)?, slot(3)?, slot(4)?, slot(5)?];
     let layers = model.layers.len();
-    if buffers.len() != 2 * layers {
+    let dim = model.config.head_dim as i32;
+    let mut stores = Vec::with_capacity(2 * layers);
+    let mut rest = buffers;
+    while !rest.is_empty() {
+        let (store, taken) = KvStore::from_arrays(rest, dim).map_err(|e| host(e.into()))?;
+        stores.push(store);
+        rest = &rest[taken..];
+    }
+    if stores.len() != 2 * layers {
         return Err(mlx_core::Error::Host(format!(
             "the decode step takes 2 buffers per layer ({layers} layers), got {}",
-            buffers.len()
+            stores.len()
         )));
     }
     let valid_of = |sliding: bool| {
@@ -265,11 +275,11 @@ fn fixed_forward(model: &Gemma3, inputs: &[Array]) -> mlx_core::Result<Vec<Array
         Ok(masks.len() - 1)
     };
     let mut chosen = Vec::with_capacity(layers);
-    for (i, pair) in buffers.chunks(2).enumerate() {
+    for (i, pair) in stores.chunks(2).enumerate() {
         let sliding = model.config.is_sliding(i);
-        chosen.push((sliding, mask_of(sliding, pair[0].dim(2)?)?));
+        chosen.push((sliding, mask_of(sliding, pair[0].positions())?));
     }
-    let mut targets: Vec<KvTarget<'_>> = buffers
+    let mut targets: Vec<KvTarget<'_>> = stores
         .chunks(2)
         .zip(&chosen)
         .map(|(pair, &(sliding, mask))| {
@@ -287,7 +297,8 @@ fn fixed_forward(model: &Gemma3, inputs: &[Array]) -> mlx_core::Result<Vec<Array
     let mut out = vec![model.logits(&hidden).map_err(host)?];
     for target in targets {
         if let KvTarget::Fixed(f) = target {
-            out.extend([f.keys, f.values]);
+            out.extend(f.keys.arrays().into_iter().cloned());
+            out.extend(f.values.arrays().into_iter().cloned());
         }
     }
     Ok(out)

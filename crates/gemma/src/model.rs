@@ -241,8 +241,11 @@ impl Gemma3 {
             let (KvTarget::Fixed(fixed), Some(weights)) = (target, layer.dense_weights()) else {
                 return Ok(None);
             };
+            let Some(kv) = fixed.layer_kv() else {
+                return Ok(None);
+            };
             let geometry = self.layer_geometry(i);
-            match decode_layer(&x, &weights, &fixed.layer_kv(), geometry, &barrier, blocks)? {
+            match decode_layer(&x, &weights, &kv, geometry, &barrier, blocks)? {
                 Some(out) => x = out,
                 None => return Ok(None),
             }

@@ -4,11 +4,16 @@
 //! eager prefill, 30 fixed-shape steps and a 5-token eager chunk give the
 //! logits of the eager pass fed the whole sequence at once, compiled or not,
 //! with a window of 8 (the ring wraps several times) and of 300 (the ring
-//! buffer is reserved short of the window).
+//! buffer is reserved short of the window); and compressed caches (affine
+//! and TurboQuant, mixed, after float tokens) give through compiled steps
+//! the logits and greedy tokens of the eager pass fed one token at a time.
 
 mod common;
 
-use common::fixed_steps::{eager, max_diff, mixed, tiny_model, tokens, TOKENS, VOCAB};
+use common::fixed_steps::{
+    eager, max_diff, mixed, scheduled, tiny_model, tiny_model_with_heads, tokens, Steps, TOKENS,
+    VOCAB,
+};
 use gemma::cache::{CacheFormat, KvFormat, LayerCache};
 use gemma::decode_step::DecodeStep;
 
@@ -54,8 +59,117 @@ fn reserved_buffers_keep_their_shape_across_steps() {
     }
 }
 
+/// The greedy token of each position of `logits` (`[positions · VOCAB]`).
+fn greedy(logits: &[f32]) -> Vec<usize> {
+    logits
+        .chunks(VOCAB as usize)
+        .map(|row| {
+            row.iter()
+                .enumerate()
+                .fold(
+                    (0, f32::MIN),
+                    |best, (i, &x)| if x > best.1 { (i, x) } else { best },
+                )
+                .0
+        })
+        .collect()
+}
+
 #[test]
-fn quantizing_caches_are_not_reserved() {
+fn compressed_caches_step_compiled_as_they_step_eagerly() {
+    let q = |bits, group_size| KvFormat::Quantized { bits, group_size };
+    let t = |bits| KvFormat::Turbo { bits };
+    let f = KvFormat::Float(None);
+    // (name, head size, format, tokens kept in floats first)
+    let cases = [
+        (
+            "q8_0/q8_0",
+            64,
+            CacheFormat {
+                keys: q(8, 64),
+                values: q(8, 64),
+            },
+            0,
+        ),
+        (
+            "q4/float, group 32",
+            64,
+            CacheFormat {
+                keys: q(4, 32),
+                values: f,
+            },
+            0,
+        ),
+        (
+            "q3/q6 after 3 float tokens",
+            64,
+            CacheFormat {
+                keys: q(3, 64),
+                values: q(6, 64),
+            },
+            3,
+        ),
+        (
+            "turbo4/turbo4",
+            128,
+            CacheFormat {
+                keys: t(4),
+                values: t(4),
+            },
+            0,
+        ),
+        (
+            "q8_0/turbo3",
+            128,
+            CacheFormat {
+                keys: q(8, 64),
+                values: t(3),
+            },
+            0,
+        ),
+        (
+            "turbo2/float after 5",
+            128,
+            CacheFormat {
+                keys: t(2),
+                values: f,
+            },
+            5,
+        ),
+    ];
+    for window in [8, 300] {
+        for (name, head_dim, format, start) in cases {
+            let model = tiny_model_with_heads(window, head_dim);
+            let (reference, _) = scheduled(&model, format, start, Steps::Eager);
+            let (compiled, caches) =
+                scheduled(&model, format, start, Steps::Fixed { compiled: true });
+            let d = max_diff(&reference, &compiled);
+            println!("window {window}, {name}: max |Δ logit| {d:e}");
+            assert!(d < 1e-4, "window {window}, {name}: {d}");
+            assert_eq!(
+                greedy(&reference),
+                greedy(&compiled),
+                "window {window}, {name}"
+            );
+            // The buffers stayed in their format: 1 float array, 3 affine
+            // ones (packed, scales, biases) or 2 TurboQuant ones per side.
+            let arrays = |f: KvFormat| match f {
+                KvFormat::Float(_) => 1,
+                KvFormat::Quantized { .. } => 3,
+                KvFormat::Turbo { .. } => 2,
+            };
+            let per_cache = arrays(format.keys) + arrays(format.values);
+            assert!(
+                caches.iter().all(|c| c.arrays().len() == per_cache),
+                "{name}"
+            );
+            assert!(caches.iter().all(|c| c.offset() == TOKENS as i32));
+        }
+    }
+}
+
+#[test]
+fn caches_whose_format_changes_are_not_reserved() {
     let model = tiny_model(8);
     let step = DecodeStep::new(&model, true).expect("decode step");
     let q8 = KvFormat::Quantized {
@@ -67,7 +181,7 @@ fn quantizing_caches_are_not_reserved() {
         values: q8,
     };
     let mut caches = model.make_caches(format).expect("caches");
-    assert!(!step.reserve(&mut caches, 10).expect("reserve"));
+    assert!(step.reserve(&mut caches, 10).expect("reserve"));
 
     // Kept in floats for the first 20 tokens: reservable up to there only.
     let later = |caches: Vec<LayerCache>| -> Vec<LayerCache> {

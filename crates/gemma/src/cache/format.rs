@@ -5,7 +5,7 @@
 use mlx_core::{concatenate, quantize, zeros, Array, Dtype, QuantizedArray};
 
 use super::turbo::{self, TurboArray, TURBO_GROUP};
-use super::CacheError;
+use super::{CacheError, VectorSpec};
 
 /// The storage format of keys or of values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,6 +73,12 @@ impl KvFormat {
     /// Whether vectors are stored as plain floats.
     pub fn is_float(&self) -> bool {
         matches!(self, KvFormat::Float(_))
+    }
+
+    /// An all-zero store of `positions` vectors of batch 1 shaped by `spec`.
+    pub fn zeros(&self, spec: VectorSpec, positions: i32) -> Result<KvStore, CacheError> {
+        let one = zeros(&[1, spec.heads, 1, spec.dim], spec.dtype)?;
+        KvStore::zeros_like(&KvStore::encode(&one, *self)?, positions)
     }
 }
 
@@ -175,6 +181,54 @@ impl KvStore {
         })
     }
 
+    /// The format the store holds (floats as their dtype).
+    pub fn format(&self) -> KvFormat {
+        match self {
+            KvStore::Float(a) => KvFormat::Float(Some(a.dtype())),
+            KvStore::Quantized(q) => KvFormat::Quantized {
+                bits: q.bits,
+                group_size: q.group_size,
+            },
+            KvStore::Turbo(t) => KvFormat::Turbo { bits: t.bits },
+        }
+    }
+
+    /// The store that [`KvStore::arrays`] flattened at the head of `arrays`,
+    /// for vectors of `dim` values, and how many arrays it took: one float
+    /// array; uint32 packed values, scales and biases (affine); or uint8
+    /// packed indices and float16 norms (TurboQuant).
+    pub fn from_arrays(arrays: &[Array], dim: i32) -> Result<(KvStore, usize), CacheError> {
+        let missing = || CacheError::Format("too few arrays for a stored format".into());
+        let first = arrays.first().ok_or_else(missing)?;
+        Ok(match first.dtype() {
+            Dtype::Uint32 => {
+                let [packed, scales, biases] = arrays.get(..3).ok_or_else(missing)? else {
+                    return Err(missing());
+                };
+                let store = KvStore::Quantized(QuantizedArray {
+                    bits: packed.dim(-1)? * 32 / dim,
+                    group_size: dim / scales.dim(-1)?,
+                    packed: packed.clone(),
+                    scales: scales.clone(),
+                    biases: biases.clone(),
+                });
+                (store, 3)
+            }
+            Dtype::Uint8 => {
+                let [packed, norms] = arrays.get(..2).ok_or_else(missing)? else {
+                    return Err(missing());
+                };
+                let store = KvStore::Turbo(TurboArray {
+                    bits: packed.dim(-1)? * 8 / dim,
+                    packed: packed.clone(),
+                    norms: norms.clone(),
+                });
+                (store, 2)
+            }
+            _ => (KvStore::Float(first.clone()), 1),
+        })
+    }
+
     /// The number of positions held.
     pub fn positions(&self) -> i32 {
         let shape = match self {
@@ -209,6 +263,12 @@ impl KvStore {
                 &[1, 1, 1, 1],
             )
         })
+    }
+
+    /// The store with `update`'s positions written from the position held in
+    /// `start` (an int32 array `[1]`) on.
+    pub fn write_dynamic(&self, update: &KvStore, start: &Array) -> Result<KvStore, CacheError> {
+        self.zip(update, |a, u| a.slice_update_dynamic(u, start, &[2]))
     }
 
     /// The stores joined along the positions axis.

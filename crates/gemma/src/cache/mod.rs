@@ -23,7 +23,7 @@ pub use turbo::TurboArray;
 
 pub(crate) use plain::causal_mask;
 
-use mlx_core::{zeros, Array, Dtype};
+use mlx_core::{Array, Dtype};
 
 /// Positions are allocated in multiples of this many.
 pub const STEP: i32 = 256;
@@ -101,15 +101,16 @@ pub enum KeyMask {
 }
 
 /// A cache's buffers laid out for a fixed-shape single-token step
-/// ([`crate::decode_step::DecodeStep`]): float keys and values
-/// `[1, heads, capacity, dim]`, the position the next token is written at,
-/// and how many leading positions hold valid vectors once it is written.
+/// ([`crate::decode_step::DecodeStep`]): keys and values of
+/// `[1, heads, capacity, …]` in the cache's format, the position the next
+/// token is written at, and how many leading positions hold valid vectors
+/// once it is written.
 #[derive(Debug, Clone)]
 pub struct FixedSlot {
     /// The key buffer.
-    pub keys: Array,
+    pub keys: KvStore,
     /// The value buffer.
-    pub values: Array,
+    pub values: KvStore,
     /// Where the next token's key and value go.
     pub write_at: i32,
     /// Leading positions valid after the write (the rest is masked).
@@ -171,9 +172,10 @@ impl LayerCache {
     }
 
     /// Readies the cache for fixed-shape single-token steps until it holds
-    /// `positions` tokens: float buffers of batch 1 grown to their final
-    /// capacity. Returns false, changing nothing, when the cache stores or
-    /// will by then store quantized vectors, or holds a batch of several.
+    /// `positions` tokens: buffers of batch 1 in its format, grown to their
+    /// final capacity. Returns false, changing nothing, when its format
+    /// changes before then (it keeps floats until `start`), or it holds a
+    /// batch of several.
     pub fn reserve_fixed(&mut self, positions: i32, spec: VectorSpec) -> Result<bool, CacheError> {
         match self {
             LayerCache::Plain(c) => c.reserve_fixed(positions, spec),
@@ -193,7 +195,7 @@ impl LayerCache {
 
     /// Takes the buffers a fixed-shape step wrote one token into (at the
     /// slot [`LayerCache::fixed_slot`] gave) and counts the token.
-    pub fn commit_fixed(&mut self, keys: Array, values: Array) {
+    pub fn commit_fixed(&mut self, keys: KvStore, values: KvStore) {
         match self {
             LayerCache::Plain(c) => c.commit_fixed(keys, values),
             LayerCache::Rotating(c) => c.commit_fixed(keys, values),
@@ -252,10 +254,10 @@ pub(crate) fn pair_arrays<'a>(
 
 /// Readies a cache's buffers for fixed-shape steps (see
 /// [`LayerCache::reserve_fixed`]): false, changing nothing, unless the
-/// format in effect `now` is still in effect at the `last` position to come,
-/// both formats are float, and the buffers (if any) are float of batch 1.
-/// Otherwise the buffers are converted to that format and grown (or
-/// created) to at least `capacity` positions, zero-filled past what they held.
+/// format in effect `now` is still in effect at the `last` position to come
+/// and the buffers (if any) are of batch 1. Otherwise the buffers are
+/// converted to that format and grown (or created) to at least `capacity`
+/// positions, zero-filled past what they held.
 pub(crate) fn reserve_fixed_pair(
     keys: &mut Option<KvStore>,
     values: &mut Option<KvStore>,
@@ -268,16 +270,8 @@ pub(crate) fn reserve_fixed_pair(
     }
     convert_stores(keys, values, now)?;
     for (store, stored) in [(keys, now.keys), (values, now.values)] {
-        let dtype = match stored {
-            KvFormat::Float(d) => d.unwrap_or(spec.dtype),
-            KvFormat::Quantized { .. } | KvFormat::Turbo { .. } => {
-                return Err(CacheError::Format(
-                    "fixed-shape buffers must hold floats".into(),
-                ))
-            }
-        };
         let grown = match store.take() {
-            None => KvStore::Float(zeros(&[1, spec.heads, capacity, spec.dim], dtype)?),
+            None => stored.zeros(spec, capacity)?,
             Some(s) if s.positions() < capacity => {
                 let extra = KvStore::zeros_like(&s, capacity - s.positions())?;
                 KvStore::concat(&[&s, &extra])?
@@ -290,8 +284,8 @@ pub(crate) fn reserve_fixed_pair(
 }
 
 /// The fixed-shape slot of a cache whose buffers hold `format` (see
-/// [`LayerCache::fixed_slot`]): `None` unless both are float of batch 1 with
-/// room at `write_at`.
+/// [`LayerCache::fixed_slot`]): `None` unless both are of batch 1 with room
+/// at `write_at`.
 pub(crate) fn fixed_slot_of(
     keys: &Option<KvStore>,
     values: &Option<KvStore>,
@@ -302,28 +296,33 @@ pub(crate) fn fixed_slot_of(
     if !fixed_ready(keys, values, format) {
         return None;
     }
-    let room = |a: &Array| write_at < a.shape().get(2).copied().unwrap_or(0);
+    let room = |s: &KvStore| write_at < s.positions();
     match (keys, values) {
-        (Some(KvStore::Float(k)), Some(KvStore::Float(v))) if room(k) && room(v) => {
-            Some(FixedSlot {
-                keys: k.clone(),
-                values: v.clone(),
-                write_at,
-                valid,
-            })
-        }
+        (Some(k), Some(v)) if room(k) && room(v) => Some(FixedSlot {
+            keys: k.clone(),
+            values: v.clone(),
+            write_at,
+            valid,
+        }),
         _ => None,
     }
 }
 
-/// Whether both formats are float and the buffers (if any) float of batch 1.
+/// Whether the buffers (if any) are of batch 1 and hold `format` (floats
+/// still to be converted to it count).
 fn fixed_ready(keys: &Option<KvStore>, values: &Option<KvStore>, format: CacheFormat) -> bool {
-    let float_store = |s: &Option<KvStore>| match s {
+    let ready = |s: &Option<KvStore>, f: KvFormat| match s {
         None => true,
-        Some(KvStore::Float(a)) => a.shape().first() == Some(&1),
-        Some(KvStore::Quantized(_) | KvStore::Turbo(_)) => false,
+        Some(store) => {
+            let batch = store
+                .arrays()
+                .first()
+                .and_then(|a| a.shape().first().copied());
+            let holds = matches!(store, KvStore::Float(_)) || store.format() == f;
+            batch == Some(1) && holds
+        }
     };
-    format.keys.is_float() && format.values.is_float() && float_store(keys) && float_store(values)
+    ready(keys, format.keys) && ready(values, format.values)
 }
 
 /// Bytes held by a cache's key and value buffers.

@@ -126,9 +126,9 @@ impl KvCache {
     }
 
     /// See [`super::LayerCache::commit_fixed`].
-    pub fn commit_fixed(&mut self, keys: Array, values: Array) {
-        self.keys = Some(KvStore::Float(keys));
-        self.values = Some(KvStore::Float(values));
+    pub fn commit_fixed(&mut self, keys: KvStore, values: KvStore) {
+        self.keys = Some(keys);
+        self.values = Some(values);
         self.offset += 1;
     }
 

@@ -266,9 +266,9 @@ impl RotatingKvCache {
     }
 
     /// See [`super::LayerCache::commit_fixed`].
-    pub fn commit_fixed(&mut self, keys: Array, values: Array) {
-        self.keys = Some(KvStore::Float(keys));
-        self.values = Some(KvStore::Float(values));
+    pub fn commit_fixed(&mut self, keys: KvStore, values: KvStore) {
+        self.keys = Some(keys);
+        self.values = Some(values);
         self.offset += 1;
         self.filled = (self.filled + 1).min(self.window);
         self.next = (self.next + 1) % self.window;

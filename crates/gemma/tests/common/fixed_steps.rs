@@ -22,8 +22,15 @@ pub const VOCAB: i32 = 512;
 /// Random float32 weights (the same for every window: they depend on the
 /// shapes only).
 pub fn tiny_model(window: usize) -> Gemma3 {
+    tiny_model_with_heads(window, 64)
+}
+
+/// [`tiny_model`] with heads of `head_dim` values (128 for TurboQuant).
+pub fn tiny_model_with_heads(window: usize, head_dim: usize) -> Gemma3 {
     let mut c = tiny_config(3);
     c.sliding_window = window;
+    c.head_dim = head_dim;
+    c.query_pre_attn_scalar = head_dim as f32;
     assert_eq!(c.vocab_size, VOCAB as usize);
     random_model(c, Dtype::Float32, 23)
 }
@@ -64,22 +71,58 @@ pub fn eager(model: &Gemma3) -> Vec<f32> {
     flat(&[evaluated(out, &caches)])
 }
 
+/// How the single tokens between the prefill and the last chunk are fed.
+#[derive(Debug, Clone, Copy)]
+pub enum Steps {
+    /// Through the eager forward pass, one token each.
+    Eager,
+    /// Through fixed-shape decode steps, compiled or not.
+    Fixed {
+        /// Whether MLX compiles the step.
+        compiled: bool,
+    },
+}
+
 /// Logits of an eager prefill, fixed-shape steps, then an eager chunk.
 pub fn mixed(model: &Gemma3, compiled: bool) -> (Vec<f32>, Vec<LayerCache>) {
+    scheduled(model, CacheFormat::COMPUTE, 0, Steps::Fixed { compiled })
+}
+
+/// Logits of an eager prefill, single-token steps fed as `steps` says, then
+/// an eager chunk, over caches storing `format` from token `start` on.
+pub fn scheduled(
+    model: &Gemma3,
+    format: CacheFormat,
+    start: i32,
+    steps: Steps,
+) -> (Vec<f32>, Vec<LayerCache>) {
     let ids = token_ids();
-    let step = DecodeStep::new(model, compiled).expect("decode step");
-    let mut caches = model.make_caches(CacheFormat::COMPUTE).expect("caches");
+    let mut caches: Vec<LayerCache> = model
+        .make_caches(format)
+        .expect("caches")
+        .into_iter()
+        .map(|c| c.quantize_from(start))
+        .collect();
     let mut parts = Vec::new();
     let out = model
         .forward(&tokens(&ids[..PREFILL]), &mut caches)
         .expect("prefill");
     parts.push(evaluated(out, &caches));
     let end = (PREFILL + FIXED) as i32;
-    assert!(step.reserve(&mut caches, end).expect("reserve"));
+    let step = match steps {
+        Steps::Eager => None,
+        Steps::Fixed { compiled } => {
+            let step = DecodeStep::new(model, compiled).expect("decode step");
+            assert!(step.reserve(&mut caches, end).expect("reserve"));
+            Some(step)
+        }
+    };
     for &id in &ids[PREFILL..PREFILL + FIXED] {
-        let out = step
-            .forward(&tokens(&[id]), &mut caches)
-            .expect("fixed step");
+        let out = match &step {
+            Some(step) => step.forward(&tokens(&[id]), &mut caches),
+            None => model.forward(&tokens(&[id]), &mut caches),
+        }
+        .expect("single-token step");
         parts.push(evaluated(out, &caches));
     }
     assert!(caches.iter().all(|c| c.offset() == end));
