@@ -5,11 +5,13 @@ mod common;
 
 use common::fixed_steps::{eager, max_diff, mixed, tiny_model};
 use common::models::random_model;
+use gemma::cache::turbo::{rotate, unrotate};
+use gemma::cache::{KvFormat, KvStore};
 use gemma::config::Gemma3Config;
 use gemma::decode_step::DecodeStep;
 use gemma::kernels::{
-    decode_attention, decode_layer, grid_barrier, linear_row, qk_norm_rope, resident_blocks,
-    residual_norms, LayerKv, Rotary,
+    decode_attention, decode_attention_stored, decode_layer, grid_barrier, linear_row,
+    qk_norm_rope, resident_blocks, residual_norms, LayerKv, Rotary,
 };
 use gemma::model::Gemma3;
 use mlx_core::device::{is_available, set_default_device};
@@ -229,6 +231,88 @@ fn decode_attention_kernel_matches_mlx_attention() {
     let kv = normal(&[1, 1, 16, 256], 1.0, &k2, Dtype::Float32);
     let count = Array::from_slice(&[16], &[1]).unwrap();
     assert!(decode_attention(&q, &kv, &kv, &count, 0.1)
+        .unwrap()
+        .is_none());
+}
+
+#[test]
+fn stored_decode_attention_kernel_reads_turbo_stores_as_their_decoded_vectors() {
+    if !on_gpu() {
+        return;
+    }
+    let key = random::key(16).unwrap();
+    let (k1, k2) = random::split(&key).unwrap();
+    let k3 = random::split(&k2).unwrap().0;
+    let t = |bits| KvFormat::Turbo { bits };
+    let f = KvFormat::Float(None);
+    for (dtype, tolerance) in [(Dtype::Float32, 1e-5), (Dtype::Bfloat16, 1e-2)] {
+        for (hq, hkv, d) in [(4, 1, 256), (32, 16, 128)] {
+            for (kf, vf) in [(t(4), t(4)), (t(3), f), (f, t(2)), (t(2), t(3))] {
+                let (capacity, valid) = (512, 300);
+                let q = normal(&[1, hq, 1, d], 1.0, &k1, dtype);
+                let store = |format: KvFormat, k: &Array| {
+                    KvStore::encode(&normal(&[1, hkv, capacity, d], 1.0, k, dtype), format).unwrap()
+                };
+                let (keys, values) = (store(kf, &k2), store(vf, &k3));
+                let count = Array::from_slice(&[valid], &[1]).unwrap();
+                let scale = 1.0 / (d as f32).sqrt();
+                // The kernel works in the rotated domain.
+                let rotated = if kf.is_float() {
+                    q.clone()
+                } else {
+                    rotate(&q).unwrap()
+                };
+                let out = decode_attention_stored(&rotated, &keys, &values, &count, scale)
+                    .unwrap()
+                    .expect("the kernel takes these stores");
+                let ours = if vf.is_float() {
+                    out
+                } else {
+                    unrotate(&out).unwrap()
+                };
+                // Reference: MLX's float32 attention on the CPU over the
+                // decoded, un-rotated valid vectors.
+                set_default_device(Device::Cpu).unwrap();
+                let seen = |s: &KvStore| {
+                    s.decoded(Dtype::Float32)
+                        .unwrap()
+                        .astype(Dtype::Float32)
+                        .unwrap()
+                        .slice(&[0, 0, 0, 0], &[1, hkv, valid, d], &[1; 4])
+                        .unwrap()
+                };
+                let theirs = mlx_core::fast::scaled_dot_product_attention(
+                    &q.astype(Dtype::Float32).unwrap(),
+                    &seen(&keys),
+                    &seen(&values),
+                    scale,
+                    mlx_core::fast::AttentionMask::None,
+                )
+                .unwrap();
+                theirs.eval().unwrap();
+                set_default_device(Device::Gpu).unwrap();
+                let gap = relative_gap(&floats(&ours), &floats(&theirs));
+                eprintln!("{dtype:?} {hq}/{hkv}x{d} {kf:?}/{vf:?}: {gap:.2e}");
+                assert!(
+                    gap <= tolerance,
+                    "{dtype:?} {hq}/{hkv}x{d} {kf:?}/{vf:?}: {gap}"
+                );
+            }
+        }
+    }
+    // Affine stores are not the kernel's.
+    let q = normal(&[1, 4, 1, 256], 1.0, &k1, Dtype::Float32);
+    let kv = normal(&[1, 1, 256, 256], 1.0, &k2, Dtype::Float32);
+    let q8 = KvStore::encode(
+        &kv,
+        KvFormat::Quantized {
+            bits: 8,
+            group_size: 64,
+        },
+    )
+    .unwrap();
+    let count = Array::from_slice(&[16], &[1]).unwrap();
+    assert!(decode_attention_stored(&q, &q8, &q8, &count, 0.1)
         .unwrap()
         .is_none());
 }

@@ -21,6 +21,8 @@ use mlx_core::fast::{rms_norm, rope, RopeOffset};
 use mlx_core::kernel::{CudaKernel, Launch, OutputSpec, TemplateArg};
 use mlx_core::Array;
 
+use crate::cache::{turbo, KvStore};
+
 /// Threads per block of the row-wise kernels (residual norms, GEMV).
 const BLOCK: i32 = 256;
 
@@ -232,6 +234,129 @@ const DECODE_ATTENTION: &str = r#"
   }
 "#;
 
+/// [`DECODE_ATTENTION`] over keys and values each stored as floats (`KB` or
+/// `VB` 0: `k_data` / `v_data` of `T`, their norms unused) or TurboQuant of
+/// that many bits (`*_data` the packed uint8 indices, `*_norms` the float16
+/// norms of each 128-value group), decoded in registers in the rotated
+/// domain: the caller rotates the query for TurboQuant keys and rotates the
+/// output back for TurboQuant values.
+const DECODE_ATTENTION_STORED: &str = r#"
+  constexpr int E = D / 32;
+  __shared__ float part_m[WARPS];
+  __shared__ float part_l[WARPS];
+  __shared__ float part_o[WARPS][D];
+  const int row = blockIdx.x;
+  const int b = row / HQ;
+  const int h = row % HQ;
+  const int kvh = h / (HQ / HKV);
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int capacity = k_data_shape[2];
+  const int n = valid[0] < capacity ? valid[0] : capacity;
+  const T* qp = q + static_cast<size_t>(row) * D + lane * E;
+  const size_t head = (static_cast<size_t>(b) * HKV + kvh) * capacity;
+  float qv[E];
+  float o[E];
+  #pragma unroll
+  for (int e = 0; e < E; ++e) {
+    qv[e] = static_cast<float>(qp[e]) * SCALE;
+    o[e] = 0.0f;
+  }
+  float m = -INFINITY;
+  float l = 0.0f;
+  for (int j = warp; j < n; j += WARPS) {
+    float kr[E];
+    gemma_stored_row<KB, D, E>(k_data, k_norms, head + j, lane, kr);
+    float s = 0.0f;
+    #pragma unroll
+    for (int e = 0; e < E; ++e) s += qv[e] * kr[e];
+    for (int w = 16; w > 0; w >>= 1) s += __shfl_xor_sync(0xffffffffu, s, w);
+    const float m_new = fmaxf(m, s);
+    const float corr = expf(m - m_new);
+    const float p = expf(s - m_new);
+    l = l * corr + p;
+    float vr[E];
+    gemma_stored_row<VB, D, E>(v_data, v_norms, head + j, lane, vr);
+    #pragma unroll
+    for (int e = 0; e < E; ++e) o[e] = o[e] * corr + p * vr[e];
+    m = m_new;
+  }
+  if (lane == 0) {
+    part_m[warp] = m;
+    part_l[warp] = l;
+  }
+  #pragma unroll
+  for (int e = 0; e < E; ++e) part_o[warp][lane * E + e] = o[e];
+  __syncthreads();
+  float top = -INFINITY;
+  for (int w = 0; w < WARPS; ++w) top = fmaxf(top, part_m[w]);
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    float sum = 0.0f;
+    float acc = 0.0f;
+    for (int w = 0; w < WARPS; ++w) {
+      const float f = part_m[w] == -INFINITY ? 0.0f : expf(part_m[w] - top);
+      sum += part_l[w] * f;
+      acc += part_o[w][d] * f;
+    }
+    out[static_cast<size_t>(row) * D + d] = static_cast<T>(acc / sum);
+  }
+"#;
+
+/// Device functions of [`DECODE_ATTENTION_STORED`]: the TurboQuant
+/// codebooks (from [`crate::cache::turbo::codebook`]) and a lane's `E`
+/// values of one stored row.
+fn stored_rows_header() -> String {
+    let mut header = String::new();
+    for bits in [2, 3, 4] {
+        let values: Vec<String> = turbo::codebook(bits)
+            .iter()
+            .map(|c| format!("{c:e}f"))
+            .collect();
+        header.push_str(&format!(
+            "__device__ const float GEMMA_TURBO_CODEBOOK{bits}[{}] = {{{}}};\n",
+            1 << bits,
+            values.join(", ")
+        ));
+    }
+    header.push_str(STORED_ROWS);
+    header
+}
+
+/// See [`stored_rows_header`]. Index layout as
+/// [`crate::cache::turbo::TurboArray`] packs it: 2-bit element 4k + j in
+/// bits 2j of byte k, 4-bit element 2k + j in bits 4j, 3-bit low bits as
+/// 2-bit in bytes 0..32 and high bits element 8k + j in bit j of byte 32 + k.
+const STORED_ROWS: &str = r#"
+template <int BITS>
+__device__ __forceinline__ float gemma_turbo_centroid(const uint8_t* group, int i) {
+  if (BITS == 4) return GEMMA_TURBO_CODEBOOK4[(group[i >> 1] >> ((i & 1) * 4)) & 15];
+  const int low = (group[i >> 2] >> ((i & 3) * 2)) & 3;
+  if (BITS == 2) return GEMMA_TURBO_CODEBOOK2[low];
+  return GEMMA_TURBO_CODEBOOK3[low | (((group[32 + (i >> 3)] >> (i & 7)) & 1) << 2)];
+}
+
+// Values lane * E .. lane * E + E of row `row` (of D values): floats as
+// stored (BITS 0), or TurboQuant centroids times their group's norm.
+template <int BITS, int D, int E, typename S>
+__device__ __forceinline__ void gemma_stored_row(
+    const S* data, const __half* norms, size_t row, int lane, float* out) {
+  if (BITS == 0) {
+    const S* r = data + row * D + lane * E;
+    #pragma unroll
+    for (int e = 0; e < E; ++e) out[e] = static_cast<float>(r[e]);
+    return;
+  }
+  constexpr int G = D / 128;
+  constexpr int P = 16 * (BITS == 0 ? 1 : BITS);
+  const int first = lane * E;
+  const int g = first / 128;
+  const uint8_t* group = reinterpret_cast<const uint8_t*>(data) + row * (G * P) + g * P;
+  const float norm = __half2float(norms[row * G + g]);
+  #pragma unroll
+  for (int e = 0; e < E; ++e) out[e] = gemma_turbo_centroid<BITS>(group, first % 128 + e) * norm;
+}
+"#;
+
 /// `x · Wᵀ` for a single input row `x` (`[..., K]` with one row) and a
 /// dense `w` `[N, K]`, through the GEMV kernel when `fused` and the shapes
 /// allow 16-byte loads (`K · size` a multiple of 16); otherwise MLX's matmul.
@@ -427,6 +552,85 @@ pub fn decode_attention(
         ],
     )?;
     Ok(Some(one(out, "decode attention")?))
+}
+
+/// [`decode_attention`] over stored keys and values: both float (that
+/// kernel), or either TurboQuant (one kernel decoding the packed indices in
+/// registers, in the rotated domain: `q` must be rotated when keys are
+/// TurboQuant, and the output is rotated when values are). `None` for
+/// affine stores or shapes the kernels do not take.
+pub fn decode_attention_stored(
+    q: &Array,
+    keys: &KvStore,
+    values: &KvStore,
+    valid: &Array,
+    scale: f32,
+) -> mlx_core::Result<Option<Array>> {
+    let side = |s: &KvStore| -> Option<(Array, Option<Array>, i32)> {
+        match s {
+            KvStore::Float(a) => Some((a.clone(), None, 0)),
+            KvStore::Turbo(t) => Some((t.packed.clone(), Some(t.norms.clone()), t.bits)),
+            KvStore::Quantized(_) => None,
+        }
+    };
+    let (Some((k, k_norms, kb)), Some((v, v_norms, vb))) = (side(keys), side(values)) else {
+        return Ok(None);
+    };
+    if kb == 0 && vb == 0 {
+        return decode_attention(q, &k, &v, valid, scale);
+    }
+    let qs = q.shape();
+    let &[b, hq, 1, d] = qs.as_slice() else {
+        return Ok(None);
+    };
+    let (kp, vp) = (k.shape(), v.shape());
+    let float_ok =
+        |a: &Array, bits: i32| bits > 0 || (a.dtype() == q.dtype() && a.dim(-1).ok() == Some(d));
+    let hkv = kp[1];
+    let fits = d % 128 == 0
+        && d <= ATTENTION_WARPS * 32
+        && hkv > 0
+        && hq % hkv == 0
+        && kp[..3] == vp[..3]
+        && float_ok(&k, kb)
+        && float_ok(&v, vb);
+    if !fits {
+        return Ok(None);
+    }
+    let unused = mlx_core::zeros(&[1], mlx_core::Dtype::Float16)?;
+    let k_norms = k_norms.unwrap_or_else(|| unused.clone());
+    let v_norms = v_norms.unwrap_or(unused);
+    let kernel = kernel_with_header(
+        "gemma_decode_attention_stored",
+        (
+            &["q", "k_data", "k_norms", "v_data", "v_norms", "valid"],
+            &["out"],
+        ),
+        DECODE_ATTENTION_STORED,
+        &stored_rows_header(),
+        &[("SCALE", scale)],
+    )?;
+    let out = kernel.apply(
+        &[q, &k, &k_norms, &v, &v_norms, valid],
+        &[OutputSpec {
+            shape: qs.clone(),
+            dtype: q.dtype(),
+        }],
+        Launch {
+            grid: [b * hq * ATTENTION_WARPS * 32, 1, 1],
+            block: [ATTENTION_WARPS * 32, 1, 1],
+        },
+        &[
+            ("T", TemplateArg::Dtype(q.dtype())),
+            ("D", TemplateArg::Int(d)),
+            ("HQ", TemplateArg::Int(hq)),
+            ("HKV", TemplateArg::Int(hkv)),
+            ("WARPS", TemplateArg::Int(ATTENTION_WARPS)),
+            ("KB", TemplateArg::Int(kb)),
+            ("VB", TemplateArg::Int(vb)),
+        ],
+    )?;
+    Ok(Some(one(out, "stored-cache decode attention")?))
 }
 
 /// Where the rotary embedding of [`qk_norm_rope`] starts and how it turns.
