@@ -36,6 +36,9 @@ pub enum Command {
     /// Time the cases of a benchmark plan (for `cargo xtask bench`).
     #[command(hide = true)]
     Bench(crate::bench::BenchArgs),
+    /// Serve requests as JSON lines on stdin with the model loaded once
+    /// (complete, kld, trajectory, tokenize, info, load).
+    Worker(crate::worker::WorkerArgs),
 }
 
 /// Sampling and generation settings, named as mlx-lm names them.

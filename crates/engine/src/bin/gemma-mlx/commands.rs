@@ -26,12 +26,13 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Kld(args) => crate::eval::kld(args),
         Command::Trajectory(args) => crate::eval::trajectory(args),
         Command::Bench(args) => crate::bench::bench(args),
+        Command::Worker(args) => crate::worker::worker(args),
     }
 }
 
 /// The options `sampling` asks for; what it leaves unset takes the defaults
 /// of `model`'s device (which this places the computation on).
-fn options(sampling: &SamplingArgs, model: &ModelArgs) -> Result<GenerateOptions> {
+pub(crate) fn options(sampling: &SamplingArgs, model: &ModelArgs) -> Result<GenerateOptions> {
     let device = model.place()?;
     let spec = KvSpec::parse(sampling.kv.as_deref().unwrap_or(""))?;
     let sampler = SamplerConfig {
@@ -74,7 +75,7 @@ fn options(sampling: &SamplingArgs, model: &ModelArgs) -> Result<GenerateOptions
 
 /// Keeps XTC off the newline and end-of-sequence tokens, as mlx-lm's
 /// command line does (a model without tokenizer: its end-of-sequence ids).
-fn protect_from_xtc(options: &mut GenerateOptions, engine: &Engine) -> Result<()> {
+pub(crate) fn protect_from_xtc(options: &mut GenerateOptions, engine: &Engine) -> Result<()> {
     if options.sampler.xtc_probability.is_none() {
         return Ok(());
     }
@@ -105,7 +106,8 @@ fn stream_to(json: bool) -> impl FnMut(&TokenEvent<'_>) {
     }
 }
 
-fn generation_json(g: &Generation) -> serde_json::Value {
+/// A generation as `generate --json` prints it.
+pub(crate) fn generation_json(g: &Generation) -> serde_json::Value {
     json!({
         "text": g.text,
         "token_ids": g.token_ids,
@@ -204,25 +206,34 @@ fn chat(args: ChatArgs) -> Result<()> {
 fn tokenize(args: TokenizeArgs) -> Result<()> {
     let text = text_or_stdin(args.text.as_ref())?;
     let engine = args.model.load(true)?;
-    let tokenizer = engine.tokenizer()?;
-    let ids = if args.plain {
-        tokenizer.encode_plain(&text)?
-    } else {
-        tokenizer.encode(&text, true)?
-    };
+    let value = tokenize_json(&engine, &text, args.plain)?;
     if args.json {
-        let tokens: Vec<String> = ids
-            .iter()
-            .map(|&id| tokenizer.id_to_token(id).unwrap_or_default())
-            .collect();
-        print_json(&json!({"token_ids": ids, "tokens": tokens, "count": ids.len()}))
+        print_json(&value)
     } else {
-        println!(
-            "{}",
-            ids.iter().map(u32::to_string).collect::<Vec<_>>().join(" ")
-        );
+        let ids: Vec<String> = value["token_ids"]
+            .as_array()
+            .map(|ids| ids.iter().map(|id| id.to_string()).collect())
+            .unwrap_or_default();
+        println!("{}", ids.join(" "));
         Ok(())
     }
+}
+
+/// `tokenize --json`'s object: the ids of `text` (`<bos>` first and
+/// special-token text recognized, or with `plain` neither), their token
+/// strings and their count.
+pub(crate) fn tokenize_json(engine: &Engine, text: &str, plain: bool) -> Result<serde_json::Value> {
+    let tokenizer = engine.tokenizer()?;
+    let ids = if plain {
+        tokenizer.encode_plain(text)?
+    } else {
+        tokenizer.encode(text, true)?
+    };
+    let tokens: Vec<String> = ids
+        .iter()
+        .map(|&id| tokenizer.id_to_token(id).unwrap_or_default())
+        .collect();
+    Ok(json!({"token_ids": ids, "tokens": tokens, "count": ids.len()}))
 }
 
 fn info(args: InfoArgs) -> Result<()> {

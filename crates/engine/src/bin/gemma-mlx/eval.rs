@@ -184,18 +184,45 @@ fn finish(report: &KldReport, outputs: &ReportArgs) -> Result<()> {
     Ok(())
 }
 
+/// What a KLD sweep scores: the corpus, the specs, the chunking and the
+/// optional trajectory axis.
+pub struct KldJob<'a> {
+    /// Text to score.
+    pub corpus: &'a Path,
+    /// The reference spec.
+    pub reference: KvSpec,
+    /// The candidate specs.
+    pub candidates: Vec<KvSpec>,
+    /// Tokens per chunk.
+    pub ctx: usize,
+    /// Most chunks.
+    pub chunks: usize,
+    /// Each chunk's first token replaced with `<bos>`.
+    pub bos: bool,
+    /// Only the second half of each chunk scored.
+    pub second_half: bool,
+    /// The reference recomputed for every candidate.
+    pub two_forwards: bool,
+    /// Prompts whose greedy trajectories are also scored.
+    pub prompts: Option<&'a Path>,
+    /// Tokens per trajectory.
+    pub max_tokens: usize,
+    /// No progress bar.
+    pub quiet: bool,
+}
+
 /// Runs `kld`.
 pub fn kld(args: KldArgs) -> Result<()> {
-    let (reference_spec, mut specs) = args.specs.parse()?;
+    let (reference, mut candidates) = args.specs.parse()?;
     if args.self_test {
-        specs.insert(0, reference_spec.clone());
+        candidates.insert(0, reference.clone());
     }
     let two_models = args.ref_model.is_some();
-    if specs.is_empty() {
+    if candidates.is_empty() {
         if !two_models {
             bail!("no candidates: give --cand SPEC (repeatable), --self-test, or --ref-model/--cand-model");
         }
-        specs.push(reference_spec.clone());
+        candidates.push(reference.clone());
     }
     let quiet = args.report.json;
     let ref_engine = load_with(&args.model, args.ref_model.as_ref(), quiet)?;
@@ -203,27 +230,66 @@ pub fn kld(args: KldArgs) -> Result<()> {
         Some(path) => Some(load_with(&args.model, Some(path), quiet)?),
         None => None,
     };
-    let cand_model = cand_engine.as_ref().unwrap_or(&ref_engine);
-    let corpus = std::fs::read(&args.corpus)
-        .with_context(|| format!("reading {}", args.corpus.display()))?;
+    let job = KldJob {
+        corpus: &args.corpus,
+        reference,
+        candidates,
+        ctx: args.ctx,
+        chunks: args.chunks,
+        bos: args.bos,
+        second_half: args.second_half,
+        two_forwards: args.two_forwards,
+        prompts: args.prompts.as_deref(),
+        max_tokens: args.max_tokens,
+        quiet,
+    };
+    let report = kld_report(&ref_engine, cand_engine.as_ref(), &job)?;
+    finish(&report, &args.report)?;
+    if args.self_test {
+        let c = &report.candidates[0];
+        let stats = c.stats.as_ref();
+        let passed = stats.is_some_and(|s| s.mean_kld == 0.0 && s.same_top_percent == 100.0)
+            && c.composite >= 99.5;
+        if !passed {
+            bail!("self-test failed: the reference run through the candidate path gives mean KLD {:?}, composite {:.3}", stats.map(|s| s.mean_kld), c.composite);
+        }
+        eprintln!(
+            "self-test passed: KLD 0, 100% same top token, composite {:.2}",
+            c.composite
+        );
+    }
+    Ok(())
+}
+
+/// The KLD report of `job` on loaded engines (the candidates on
+/// `cand_engine` when given, else on `ref_engine`).
+pub fn kld_report(
+    ref_engine: &Engine,
+    cand_engine: Option<&Engine>,
+    job: &KldJob<'_>,
+) -> Result<KldReport> {
+    let cand_model = cand_engine.unwrap_or(ref_engine);
+    let corpus =
+        std::fs::read(job.corpus).with_context(|| format!("reading {}", job.corpus.display()))?;
     let text = String::from_utf8(corpus.clone())
-        .with_context(|| format!("{} is not UTF-8 text", args.corpus.display()))?;
+        .with_context(|| format!("{} is not UTF-8 text", job.corpus.display()))?;
     let tokenizer = ref_engine.tokenizer()?;
     let tokens = tokenizer.encode_plain(&text)?;
     let settings = ChunkSettings {
-        ctx: args.ctx,
-        chunks: args.chunks,
-        bos: args.bos.then(|| tokenizer.bos_id()),
-        second_half: args.second_half,
-        two_forwards: args.two_forwards,
+        ctx: job.ctx,
+        chunks: job.chunks,
+        bos: job.bos.then(|| tokenizer.bos_id()),
+        second_half: job.second_half,
+        two_forwards: job.two_forwards,
     };
     let chunk_list = chunks(&tokens, &settings)?;
     let reference = Side {
         model: &ref_engine.loaded.model,
-        format: reference_spec.cache_format()?,
-        start: reference_spec.start,
+        format: job.reference.cache_format()?,
+        start: job.reference.start,
     };
-    let sides = specs
+    let sides = job
+        .candidates
         .iter()
         .map(|s| {
             Ok(Side {
@@ -233,7 +299,7 @@ pub fn kld(args: KldArgs) -> Result<()> {
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    let bar = if quiet {
+    let bar = if job.quiet {
         ProgressBar::hidden()
     } else {
         ProgressBar::new(chunk_list.len() as u64)
@@ -253,26 +319,26 @@ pub fn kld(args: KldArgs) -> Result<()> {
     let seconds = start.elapsed().as_secs_f64();
     bar.finish_and_clear();
 
-    let trajectories = match &args.prompts {
+    let trajectories = match job.prompts {
         Some(path) => {
             let prompts = read_prompts(path)?;
             trajectory_agreements(
-                (&ref_engine, &reference_spec),
+                (ref_engine, &job.reference),
                 cand_model,
-                &specs,
+                &job.candidates,
                 &prompts,
-                args.max_tokens,
+                job.max_tokens,
             )?
             .into_iter()
             .map(Some)
             .collect()
         }
-        None => vec![None; specs.len()],
+        None => vec![None; job.candidates.len()],
     };
 
     let dtype = ref_engine.loaded.model.dtype;
     let mut candidates = Vec::new();
-    for (i, spec) in specs.iter().enumerate() {
+    for (i, spec) in job.candidates.iter().enumerate() {
         let stats = KldStats::from_samples(&result.samples[i]);
         if stats.is_none() {
             bail!(
@@ -288,19 +354,19 @@ pub fn kld(args: KldArgs) -> Result<()> {
             trajectories[i].clone(),
         ));
     }
-    let report = KldReport {
+    Ok(KldReport {
         settings: KldSettingsReport {
             model: ref_engine.loaded.name.clone(),
-            cand_model: cand_engine.as_ref().map(|e| e.loaded.name.clone()),
-            corpus: args.corpus.display().to_string(),
+            cand_model: cand_engine.map(|e| e.loaded.name.clone()),
+            corpus: job.corpus.display().to_string(),
             corpus_sha256: format!("{:x}", Sha256::digest(&corpus)),
             chunking: Some(ChunkingReport {
-                ctx: args.ctx,
+                ctx: job.ctx,
                 chunks: result.chunks,
-                chunks_requested: args.chunks,
-                bos: args.bos,
-                second_half: args.second_half,
-                two_forwards: args.two_forwards,
+                chunks_requested: job.chunks,
+                bos: job.bos,
+                second_half: job.second_half,
+                two_forwards: job.two_forwards,
                 forwards: result.forwards,
                 reference_kv_cache_bytes: result.reference_cache_bytes,
             }),
@@ -308,44 +374,49 @@ pub fn kld(args: KldArgs) -> Result<()> {
             mlx_version: device::mlx_version(),
             device: device::default_device()?.name().to_string(),
             dtype: dtype.name().to_string(),
-            reference_spec: reference_spec.text.clone(),
-            reference_canonical: reference_spec.canonical(dtype),
+            reference_spec: job.reference.text.clone(),
+            reference_canonical: job.reference.canonical(dtype),
         },
         candidates,
-    };
-    finish(&report, &args.report)?;
-    if args.self_test {
-        let c = &report.candidates[0];
-        let stats = c.stats.as_ref();
-        let passed = stats.is_some_and(|s| s.mean_kld == 0.0 && s.same_top_percent == 100.0)
-            && c.composite >= 99.5;
-        if !passed {
-            bail!("self-test failed: the reference run through the candidate path gives mean KLD {:?}, composite {:.3}", stats.map(|s| s.mean_kld), c.composite);
-        }
-        eprintln!(
-            "self-test passed: KLD 0, 100% same top token, composite {:.2}",
-            c.composite
-        );
-    }
-    Ok(())
+    })
 }
 
 /// Runs `trajectory`.
 pub fn trajectory(args: TrajectoryArgs) -> Result<()> {
-    let (reference_spec, specs) = args.specs.parse()?;
+    let (reference, candidates) = args.specs.parse()?;
+    if candidates.is_empty() {
+        bail!("no candidates: give --cand SPEC (repeatable)");
+    }
+    let engine = args.model.load(args.report.json)?;
+    let report = trajectory_report(
+        &engine,
+        (&reference, &candidates),
+        &args.prompts,
+        args.max_tokens,
+    )?;
+    finish(&report, &args.report)
+}
+
+/// How the greedy trajectories of the prompts in the file `prompts` under
+/// each candidate spec agree with the reference's, on a loaded engine.
+pub fn trajectory_report(
+    engine: &Engine,
+    (reference_spec, specs): (&KvSpec, &[KvSpec]),
+    prompts: &Path,
+    max_tokens: usize,
+) -> Result<KldReport> {
     if specs.is_empty() {
         bail!("no candidates: give --cand SPEC (repeatable)");
     }
-    let prompts = read_prompts(&args.prompts)?;
-    let engine = args.model.load(args.report.json)?;
+    let prompt_list = read_prompts(prompts)?;
     let dtype = engine.loaded.model.dtype;
     let start = Instant::now();
     let agreements = trajectory_agreements(
-        (&engine, &reference_spec),
-        &engine,
-        &specs,
-        &prompts,
-        args.max_tokens,
+        (engine, reference_spec),
+        engine,
+        specs,
+        &prompt_list,
+        max_tokens,
     )?;
     let candidates = specs
         .iter()
@@ -360,12 +431,12 @@ pub fn trajectory(args: TrajectoryArgs) -> Result<()> {
             )
         })
         .collect();
-    let report = KldReport {
+    Ok(KldReport {
         settings: KldSettingsReport {
             model: engine.loaded.name.clone(),
             cand_model: None,
-            corpus: args.prompts.display().to_string(),
-            corpus_sha256: format!("{:x}", Sha256::digest(std::fs::read(&args.prompts)?)),
+            corpus: prompts.display().to_string(),
+            corpus_sha256: format!("{:x}", Sha256::digest(std::fs::read(prompts)?)),
             chunking: None,
             seconds: start.elapsed().as_secs_f64(),
             mlx_version: device::mlx_version(),
@@ -375,6 +446,5 @@ pub fn trajectory(args: TrajectoryArgs) -> Result<()> {
             reference_canonical: reference_spec.canonical(dtype),
         },
         candidates,
-    };
-    finish(&report, &args.report)
+    })
 }

@@ -1,4 +1,5 @@
-//! `gemma-mlx`: generate, chat, tokenize, inspect and convert Gemma 3 models on MLX.
+//! `gemma-mlx`: generate, chat, tokenize, inspect and convert Gemma 3 models on MLX, score
+//! KV-cache formats, and serve all of that to other tools as a worker.
 
 mod args;
 mod bench;
@@ -6,6 +7,7 @@ mod commands;
 mod eval;
 mod model_args;
 mod output;
+mod worker;
 
 use std::process::ExitCode;
 
