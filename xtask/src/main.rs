@@ -22,6 +22,7 @@ mod model;
 mod provision;
 mod python;
 mod record;
+mod refract_env;
 mod run_engine;
 mod setup;
 mod system;

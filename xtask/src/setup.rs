@@ -13,6 +13,7 @@ use crate::model;
 use crate::provision;
 use crate::python;
 use crate::record::Record;
+use crate::refract_env;
 use crate::system;
 use crate::workspace::Workspace;
 
@@ -63,7 +64,15 @@ pub fn run(workspace: &Workspace, options: &SetupOptions) -> Result<()> {
     } else {
         None
     };
+    let refract = match &reference {
+        Some(env) => Some(refract_env::ensure(workspace, &env.python)?),
+        None => None,
+    };
     print_summary(&mlx, model.as_deref(), reference.as_ref());
+    match refract {
+        Some(line) => println!("  REFRACT  {line}"),
+        None => println!("  REFRACT  skipped (--no-reference)"),
+    }
     Ok(())
 }
 
