@@ -166,81 +166,18 @@ const GEMV: &str = r#"
 const ATTENTION_WARPS: i32 = 16;
 
 /// One block of `WARPS` warps per (batch, query head) for a single query
-/// `q` `[B, HQ, 1, D]` over the first `valid[0]` positions of `keys` and
-/// `values` `[B, HKV, capacity, D]` (grouped-query heads share a key/value
+/// `q` `[B, HQ, 1, D]` over the first `valid[0]` positions of the keys and
+/// values `[B, HKV, capacity, …]` (grouped-query heads share a key/value
 /// head). Each warp runs an online softmax over every `WARPS`-th key, each
 /// lane holding `D / 32` features; the warps' partial sums are then merged.
 /// Scores, softmax and the weighted sum stay in float; the output is rounded
-/// once to `T`.
+/// once to `T`. Keys and values are each stored as floats (`KB` or `VB` 0:
+/// `k_data` / `v_data` of `T`, their norms unused) or TurboQuant of that
+/// many bits (`*_data` the packed uint8 indices, `*_norms` the float16 norms
+/// of each 128-value group), decoded in registers in the rotated domain: the
+/// caller rotates the query for TurboQuant keys and rotates the output back
+/// for TurboQuant values.
 const DECODE_ATTENTION: &str = r#"
-  constexpr int E = D / 32;
-  __shared__ float part_m[WARPS];
-  __shared__ float part_l[WARPS];
-  __shared__ float part_o[WARPS][D];
-  const int row = blockIdx.x;
-  const int b = row / HQ;
-  const int h = row % HQ;
-  const int kvh = h / (HQ / HKV);
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  const int capacity = keys_shape[2];
-  const int n = valid[0] < capacity ? valid[0] : capacity;
-  const T* qp = q + static_cast<size_t>(row) * D + lane * E;
-  const size_t head = (static_cast<size_t>(b) * HKV + kvh) * capacity * D;
-  const T* kb = keys + head + lane * E;
-  const T* vb = values + head + lane * E;
-  float qv[E];
-  float o[E];
-  #pragma unroll
-  for (int e = 0; e < E; ++e) {
-    qv[e] = static_cast<float>(qp[e]) * SCALE;
-    o[e] = 0.0f;
-  }
-  float m = -INFINITY;
-  float l = 0.0f;
-  for (int j = warp; j < n; j += WARPS) {
-    const T* kr = kb + static_cast<size_t>(j) * D;
-    float s = 0.0f;
-    #pragma unroll
-    for (int e = 0; e < E; ++e) s += qv[e] * static_cast<float>(kr[e]);
-    for (int w = 16; w > 0; w >>= 1) s += __shfl_xor_sync(0xffffffffu, s, w);
-    const float m_new = fmaxf(m, s);
-    const float corr = expf(m - m_new);
-    const float p = expf(s - m_new);
-    l = l * corr + p;
-    const T* vr = vb + static_cast<size_t>(j) * D;
-    #pragma unroll
-    for (int e = 0; e < E; ++e) o[e] = o[e] * corr + p * static_cast<float>(vr[e]);
-    m = m_new;
-  }
-  if (lane == 0) {
-    part_m[warp] = m;
-    part_l[warp] = l;
-  }
-  #pragma unroll
-  for (int e = 0; e < E; ++e) part_o[warp][lane * E + e] = o[e];
-  __syncthreads();
-  float top = -INFINITY;
-  for (int w = 0; w < WARPS; ++w) top = fmaxf(top, part_m[w]);
-  for (int d = threadIdx.x; d < D; d += blockDim.x) {
-    float sum = 0.0f;
-    float acc = 0.0f;
-    for (int w = 0; w < WARPS; ++w) {
-      const float f = part_m[w] == -INFINITY ? 0.0f : expf(part_m[w] - top);
-      sum += part_l[w] * f;
-      acc += part_o[w][d] * f;
-    }
-    out[static_cast<size_t>(row) * D + d] = static_cast<T>(acc / sum);
-  }
-"#;
-
-/// [`DECODE_ATTENTION`] over keys and values each stored as floats (`KB` or
-/// `VB` 0: `k_data` / `v_data` of `T`, their norms unused) or TurboQuant of
-/// that many bits (`*_data` the packed uint8 indices, `*_norms` the float16
-/// norms of each 128-value group), decoded in registers in the rotated
-/// domain: the caller rotates the query for TurboQuant keys and rotates the
-/// output back for TurboQuant values.
-const DECODE_ATTENTION_STORED: &str = r#"
   constexpr int E = D / 32;
   __shared__ float part_m[WARPS];
   __shared__ float part_l[WARPS];
@@ -302,7 +239,7 @@ const DECODE_ATTENTION_STORED: &str = r#"
   }
 "#;
 
-/// Device functions of [`DECODE_ATTENTION_STORED`]: the TurboQuant
+/// Device functions of [`DECODE_ATTENTION`]: the TurboQuant
 /// codebooks (from [`crate::cache::turbo::codebook`]) and a lane's `E`
 /// values of one stored row.
 fn stored_rows_header() -> String {
@@ -511,30 +448,92 @@ pub fn decode_attention(
     valid: &Array,
     scale: f32,
 ) -> mlx_core::Result<Option<Array>> {
-    let (qs, ks) = (q.shape(), keys.shape());
-    let (&[b, hq, 1, d], &[_, hkv, _, kd]) = (qs.as_slice(), ks.as_slice()) else {
+    let float = |a: &Array| StoredSide {
+        data: a.clone(),
+        norms: None,
+        bits: 0,
+    };
+    attention_kernel(q, (float(keys), float(values)), valid, scale)
+}
+
+/// One side (keys or values) as [`DECODE_ATTENTION`] reads it.
+struct StoredSide {
+    /// The floats, or the packed TurboQuant indices.
+    data: Array,
+    /// The TurboQuant norms.
+    norms: Option<Array>,
+    /// 0 for floats, else TurboQuant's bits.
+    bits: i32,
+}
+
+impl StoredSide {
+    /// The side of a store; `None` for affine quantization.
+    fn of(store: &KvStore) -> Option<StoredSide> {
+        Some(match store {
+            KvStore::Float(a) => StoredSide {
+                data: a.clone(),
+                norms: None,
+                bits: 0,
+            },
+            KvStore::Turbo(t) => StoredSide {
+                data: t.packed.clone(),
+                norms: Some(t.norms.clone()),
+                bits: t.bits,
+            },
+            KvStore::Quantized(_) => return None,
+        })
+    }
+
+    /// Whether the kernel reads this side for queries of `q`'s dtype and
+    /// heads of `d` values: floats of that dtype and size, or TurboQuant
+    /// groups.
+    fn suits(&self, q: &Array, d: i32) -> bool {
+        if self.bits > 0 {
+            d % turbo::TURBO_GROUP == 0
+        } else {
+            self.data.dtype() == q.dtype() && self.data.dim(-1).ok() == Some(d)
+        }
+    }
+}
+
+/// [`DECODE_ATTENTION`] on `q` and two sides, or `None` where it does not fit.
+fn attention_kernel(
+    q: &Array,
+    (keys, values): (StoredSide, StoredSide),
+    valid: &Array,
+    scale: f32,
+) -> mlx_core::Result<Option<Array>> {
+    let qs = q.shape();
+    let (&[b, hq, 1, d], ks, vs) = (qs.as_slice(), keys.data.shape(), values.data.shape()) else {
         return Ok(None);
     };
-    let fits = d == kd
+    let hkv = ks.get(1).copied().unwrap_or(0);
+    let fits = ks.len() == 4
+        && ks[..3] == vs.get(..3).unwrap_or_default()[..]
         && d % 32 == 0
         && d <= ATTENTION_WARPS * 32
         && hkv > 0
         && hq % hkv == 0
-        && keys.dtype() == q.dtype()
-        && values.dtype() == q.dtype()
-        && values.shape() == ks;
+        && keys.suits(q, d)
+        && values.suits(q, d);
     if !fits {
         return Ok(None);
     }
-    let kernel = kernel_with_constants(
+    let unused = mlx_core::zeros(&[1], mlx_core::Dtype::Float16)?;
+    let k_norms = keys.norms.unwrap_or_else(|| unused.clone());
+    let v_norms = values.norms.unwrap_or(unused);
+    let kernel = kernel_with_header(
         "gemma_decode_attention",
-        &["q", "keys", "values", "valid"],
-        &["out"],
+        (
+            &["q", "k_data", "k_norms", "v_data", "v_norms", "valid"],
+            &["out"],
+        ),
         DECODE_ATTENTION,
+        &stored_rows_header(),
         &[("SCALE", scale)],
     )?;
     let out = kernel.apply(
-        &[q, keys, values, valid],
+        &[q, &keys.data, &k_norms, &values.data, &v_norms, valid],
         &[OutputSpec {
             shape: qs.clone(),
             dtype: q.dtype(),
@@ -549,16 +548,18 @@ pub fn decode_attention(
             ("HQ", TemplateArg::Int(hq)),
             ("HKV", TemplateArg::Int(hkv)),
             ("WARPS", TemplateArg::Int(ATTENTION_WARPS)),
+            ("KB", TemplateArg::Int(keys.bits)),
+            ("VB", TemplateArg::Int(values.bits)),
         ],
     )?;
     Ok(Some(one(out, "decode attention")?))
 }
 
-/// [`decode_attention`] over stored keys and values: both float (that
-/// kernel), or either TurboQuant (one kernel decoding the packed indices in
-/// registers, in the rotated domain: `q` must be rotated when keys are
-/// TurboQuant, and the output is rotated when values are). `None` for
-/// affine stores or shapes the kernels do not take.
+/// [`decode_attention`] over stored keys and values, each float or
+/// TurboQuant (the packed indices decoded in registers, in the rotated
+/// domain: `q` must be rotated when keys are TurboQuant, and the output is
+/// rotated when values are). `None` for affine stores or shapes the kernel
+/// does not take.
 pub fn decode_attention_stored(
     q: &Array,
     keys: &KvStore,
@@ -566,71 +567,10 @@ pub fn decode_attention_stored(
     valid: &Array,
     scale: f32,
 ) -> mlx_core::Result<Option<Array>> {
-    let side = |s: &KvStore| -> Option<(Array, Option<Array>, i32)> {
-        match s {
-            KvStore::Float(a) => Some((a.clone(), None, 0)),
-            KvStore::Turbo(t) => Some((t.packed.clone(), Some(t.norms.clone()), t.bits)),
-            KvStore::Quantized(_) => None,
-        }
-    };
-    let (Some((k, k_norms, kb)), Some((v, v_norms, vb))) = (side(keys), side(values)) else {
-        return Ok(None);
-    };
-    if kb == 0 && vb == 0 {
-        return decode_attention(q, &k, &v, valid, scale);
+    match (StoredSide::of(keys), StoredSide::of(values)) {
+        (Some(k), Some(v)) => attention_kernel(q, (k, v), valid, scale),
+        _ => Ok(None),
     }
-    let qs = q.shape();
-    let &[b, hq, 1, d] = qs.as_slice() else {
-        return Ok(None);
-    };
-    let (kp, vp) = (k.shape(), v.shape());
-    let float_ok =
-        |a: &Array, bits: i32| bits > 0 || (a.dtype() == q.dtype() && a.dim(-1).ok() == Some(d));
-    let hkv = kp[1];
-    let fits = d % 128 == 0
-        && d <= ATTENTION_WARPS * 32
-        && hkv > 0
-        && hq % hkv == 0
-        && kp[..3] == vp[..3]
-        && float_ok(&k, kb)
-        && float_ok(&v, vb);
-    if !fits {
-        return Ok(None);
-    }
-    let unused = mlx_core::zeros(&[1], mlx_core::Dtype::Float16)?;
-    let k_norms = k_norms.unwrap_or_else(|| unused.clone());
-    let v_norms = v_norms.unwrap_or(unused);
-    let kernel = kernel_with_header(
-        "gemma_decode_attention_stored",
-        (
-            &["q", "k_data", "k_norms", "v_data", "v_norms", "valid"],
-            &["out"],
-        ),
-        DECODE_ATTENTION_STORED,
-        &stored_rows_header(),
-        &[("SCALE", scale)],
-    )?;
-    let out = kernel.apply(
-        &[q, &k, &k_norms, &v, &v_norms, valid],
-        &[OutputSpec {
-            shape: qs.clone(),
-            dtype: q.dtype(),
-        }],
-        Launch {
-            grid: [b * hq * ATTENTION_WARPS * 32, 1, 1],
-            block: [ATTENTION_WARPS * 32, 1, 1],
-        },
-        &[
-            ("T", TemplateArg::Dtype(q.dtype())),
-            ("D", TemplateArg::Int(d)),
-            ("HQ", TemplateArg::Int(hq)),
-            ("HKV", TemplateArg::Int(hkv)),
-            ("WARPS", TemplateArg::Int(ATTENTION_WARPS)),
-            ("KB", TemplateArg::Int(kb)),
-            ("VB", TemplateArg::Int(vb)),
-        ],
-    )?;
-    Ok(Some(one(out, "stored-cache decode attention")?))
 }
 
 /// Where the rotary embedding of [`qk_norm_rope`] starts and how it turns.

@@ -119,8 +119,17 @@ class GemmaMlxBackend(Backend):
             "backend": self.name,
             "model": str(model),
             "gemma_mlx_version": version,
+            "gemma_mlx_commit": source_commit(),
             "gemma_mlx_arguments": extra_arguments(),
             "mlx_version": info.get("mlx_version"),
             "device": info.get("device"),
             "dtype": info.get("dtype"),
         }
+
+
+def source_commit() -> Optional[str]:
+    """The git commit of the checkout this package is installed from (an
+    editable install, as `cargo xtask setup` makes), when there is one."""
+    result = subprocess.run(["git", "-C", str(Path(__file__).resolve().parent), "rev-parse",
+                             "--short=12", "HEAD"], capture_output=True, text=True, check=False)
+    return result.stdout.strip() or None
