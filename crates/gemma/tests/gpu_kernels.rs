@@ -196,26 +196,7 @@ fn decode_attention_kernel_matches_mlx_attention() {
                 let ours = decode_attention(&q, &keys, &values, &count, scale)
                     .unwrap()
                     .expect("the kernel takes these shapes");
-                // Reference: MLX's attention on the CPU in float32 over the
-                // valid keys (MLX's float32 attention on the GPU rounds more:
-                // 3.5e-4 of the largest output here).
-                set_default_device(Device::Cpu).unwrap();
-                let seen = |a: &Array| {
-                    a.slice(&[0, 0, 0, 0], &[1, hkv, valid, d], &[1; 4])
-                        .unwrap()
-                        .astype(Dtype::Float32)
-                        .unwrap()
-                };
-                let theirs = mlx_core::fast::scaled_dot_product_attention(
-                    &q.astype(Dtype::Float32).unwrap(),
-                    &seen(&keys),
-                    &seen(&values),
-                    scale,
-                    mlx_core::fast::AttentionMask::None,
-                )
-                .unwrap();
-                theirs.eval().unwrap();
-                set_default_device(Device::Gpu).unwrap();
+                let theirs = cpu_attention(&q, (&keys, &values), valid, scale);
                 assert_eq!(ours.shape(), theirs.shape());
                 let gap = relative_gap(&floats(&ours), &floats(&theirs));
                 eprintln!("{dtype:?} {hq}/{hkv}x{d}, {valid} of {capacity}: {gap:.2e}");
@@ -233,6 +214,31 @@ fn decode_attention_kernel_matches_mlx_attention() {
     assert!(decode_attention(&q, &kv, &kv, &count, 0.1)
         .unwrap()
         .is_none());
+}
+
+/// The reference for the decode attention kernel: MLX's attention on the
+/// CPU in float32 over the first `valid` keys and values (MLX's float32
+/// attention on the GPU rounds more: 3.5e-4 of the largest output here).
+fn cpu_attention(q: &Array, (keys, values): (&Array, &Array), valid: i32, scale: f32) -> Array {
+    set_default_device(Device::Cpu).unwrap();
+    let seen = |a: &Array| {
+        let s = a.shape();
+        a.slice(&[0, 0, 0, 0], &[s[0], s[1], valid, s[3]], &[1; 4])
+            .unwrap()
+            .astype(Dtype::Float32)
+            .unwrap()
+    };
+    let out = mlx_core::fast::scaled_dot_product_attention(
+        &q.astype(Dtype::Float32).unwrap(),
+        &seen(keys),
+        &seen(values),
+        scale,
+        mlx_core::fast::AttentionMask::None,
+    )
+    .unwrap();
+    out.eval().unwrap();
+    set_default_device(Device::Gpu).unwrap();
+    out
 }
 
 #[test]
@@ -270,27 +276,9 @@ fn stored_decode_attention_kernel_reads_turbo_stores_as_their_decoded_vectors() 
                 } else {
                     unrotate(&out).unwrap()
                 };
-                // Reference: MLX's float32 attention on the CPU over the
-                // decoded, un-rotated valid vectors.
-                set_default_device(Device::Cpu).unwrap();
-                let seen = |s: &KvStore| {
-                    s.decoded(Dtype::Float32)
-                        .unwrap()
-                        .astype(Dtype::Float32)
-                        .unwrap()
-                        .slice(&[0, 0, 0, 0], &[1, hkv, valid, d], &[1; 4])
-                        .unwrap()
-                };
-                let theirs = mlx_core::fast::scaled_dot_product_attention(
-                    &q.astype(Dtype::Float32).unwrap(),
-                    &seen(&keys),
-                    &seen(&values),
-                    scale,
-                    mlx_core::fast::AttentionMask::None,
-                )
-                .unwrap();
-                theirs.eval().unwrap();
-                set_default_device(Device::Gpu).unwrap();
+                // Over the decoded, un-rotated vectors.
+                let decoded = |s: &KvStore| s.decoded(Dtype::Float32).unwrap();
+                let theirs = cpu_attention(&q, (&decoded(&keys), &decoded(&values)), valid, scale);
                 let gap = relative_gap(&floats(&ours), &floats(&theirs));
                 eprintln!("{dtype:?} {hq}/{hkv}x{d} {kf:?}/{vf:?}: {gap:.2e}");
                 assert!(
