@@ -7,8 +7,9 @@
 # (the compiled step with our CUDA kernels, one fused kernel per layer, 16
 # steps per host-device synchronisation), the same with 8 steps per
 # synchronisation ("default s8"), our eager decode with MLX's own operations
-# ("eager, MLX ops"), then mlx-lm. KV=0 skips the quantized-KV runs after
-# the rounds.
+# ("eager, MLX ops"), then mlx-lm. After the rounds every KV-cache family
+# (affine q8_0/q4_0, TurboQuant turbo4/turbo3, q8_0 keys with turbo4
+# values) runs through the compiled step and eagerly; KV=0 skips them.
 set -uo pipefail
 . /tmp/site/env.sh
 bin=$1 prompt=$2 gen=$3
@@ -41,6 +42,8 @@ for size in "$@"; do
         echo "mlx-lm            $size round $round: $(theirs "$size")"
     done
     [ "${KV:-1}" = 0 ] && continue
-    echo "ours   $size q8 KV: $(ours "$size" --kv ctk=q8_0,ctv=q8_0)"
-    echo "ours   $size q4 KV: $(ours "$size" --kv ctk=q4_0,ctv=q4_0)"
+    for kv in ctk=q8_0,ctv=q8_0 ctk=q4_0,ctv=q4_0 ctk=turbo4,ctv=turbo4 ctk=turbo3,ctv=turbo3 ctk=q8_0,ctv=turbo4; do
+        echo "ours   $size $kv: $(ours "$size" --kv "$kv")"
+        echo "ours   $size $kv eager: $(ours "$size" --kv "$kv" --decode eager)"
+    done
 done
