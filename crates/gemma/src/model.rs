@@ -162,11 +162,7 @@ impl Gemma3 {
     /// Where a forward pass computes now: on the default device, with our
     /// kernels if asked for and on the GPU.
     fn placement(&self) -> mlx_core::Result<Placement> {
-        let gpu = default_device()? == Device::Gpu;
-        Ok(Placement {
-            gpu,
-            kernels: gpu && self.gpu_kernels,
-        })
+        Placement::current(self.gpu_kernels)
     }
 
     /// The final normalized hidden states `[B, L, hidden]`.
@@ -410,6 +406,17 @@ struct Placement {
     kernels: bool,
 }
 
+impl Placement {
+    /// On the default device, with our kernels if asked for and on the GPU.
+    fn current(gpu_kernels: bool) -> mlx_core::Result<Placement> {
+        let gpu = default_device()? == Device::Gpu;
+        Ok(Placement {
+            gpu,
+            kernels: gpu && gpu_kernels,
+        })
+    }
+}
+
 /// Where one block's new keys and values go, and what its queries then
 /// attend to.
 pub(crate) enum KvTarget<'a> {
@@ -482,12 +489,7 @@ pub fn cache_attention(
     scale: f32,
     gpu_kernels: bool,
 ) -> Result<Array, ModelError> {
-    let gpu = default_device()? == Device::Gpu;
-    let place = Placement {
-        gpu,
-        kernels: gpu && gpu_kernels,
-    };
-    attend_to(q, attend, scale, place)
+    attend_to(q, attend, scale, Placement::current(gpu_kernels)?)
 }
 
 /// Attention of queries `[B, Hq, L, D]` over what a cache returned.
