@@ -5,7 +5,7 @@
 //!   `target/`;
 //! - `bindgen` regenerates `crates/mlx-sys/src/bindings.rs` from
 //!   `mlx-c/include/mlx_c.h`, or checks that it is up to date;
-//! - `test` sets up, then runs every check and test;
+//! - `test` sets up, then runs every check and test, then the examples;
 //! - `run` sets up, then runs the `gemma-mlx` command;
 //! - `bench` compares `gemma-mlx` with mlx-lm and writes `target/bench/report.md`.
 //!
@@ -16,6 +16,7 @@ mod bindings;
 mod blas;
 mod command;
 mod discovery;
+mod examples;
 mod ldd;
 mod mlx_lm_env;
 mod model;
@@ -73,7 +74,7 @@ enum Task {
         #[arg(long)]
         check: bool,
     },
-    /// Set up, then check bindings, formatting and lints, and run every test.
+    /// Set up, then check bindings, formatting and lints, run every test, then every example.
     Test {
         /// Which MLX build to test against.
         #[arg(long, value_enum, default_value_t = Backend::Cpu)]

@@ -7,13 +7,15 @@ use anyhow::{Context, Result};
 use crate::bindings;
 use crate::command;
 use crate::discovery::Backend;
+use crate::examples;
 use crate::setup::{self, SetupOptions};
 use crate::workspace::Workspace;
 
 /// Sets up (with the model and the mlx-lm reference environment: the tests
 /// need them), then checks the bindings,
 /// formatting and lints, then runs `cargo test` with `cargo_test_args`
-/// appended. Stops at the first failing step and names it.
+/// appended, then every example of the engine. Stops at the first failing
+/// step and names it.
 pub fn run(workspace: &Workspace, backend: Backend, cargo_test_args: &[String]) -> Result<()> {
     let options = SetupOptions {
         backend,
@@ -48,6 +50,18 @@ pub fn run(workspace: &Workspace, backend: Backend, cargo_test_args: &[String]) 
     step("cargo test", || {
         command::run(cargo(&["test", "--workspace", "--release"]).args(cargo_test_args))
     })?;
+    for name in examples::names(&workspace.engine_examples())? {
+        step(&format!("example {name}"), || {
+            command::run(&mut cargo(&[
+                "run",
+                "--release",
+                "-p",
+                "engine",
+                "--example",
+                &name,
+            ]))
+        })?;
+    }
     println!("\nall steps passed");
     Ok(())
 }

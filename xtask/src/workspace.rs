@@ -61,6 +61,11 @@ impl Workspace {
         self.root.join("target/py")
     }
 
+    /// `crates/engine/examples`: the examples for users of the crates.
+    pub fn engine_examples(&self) -> PathBuf {
+        self.root.join("crates/engine/examples")
+    }
+
     /// The C header the bindings are generated from.
     pub fn c_header(&self) -> PathBuf {
         self.root.join("mlx-c/include/mlx_c.h")
