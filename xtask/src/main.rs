@@ -18,6 +18,7 @@ mod command;
 mod discovery;
 mod examples;
 mod ldd;
+mod mlx_build;
 mod mlx_lm_env;
 mod model;
 mod provision;
@@ -34,7 +35,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::discovery::Backend;
+use crate::mlx_build::Backend;
 use crate::setup::SetupOptions;
 use crate::workspace::Workspace;
 

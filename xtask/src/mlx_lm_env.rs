@@ -18,7 +18,8 @@ use serde::Deserialize;
 
 use crate::blas::{self, Blas};
 use crate::command;
-use crate::discovery::{self, Backend, MLX_VERSION};
+use crate::discovery;
+use crate::mlx_build::{Backend, MLX_VERSION};
 use crate::python;
 use crate::system;
 use crate::workspace::Workspace;

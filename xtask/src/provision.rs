@@ -8,7 +8,8 @@ use anyhow::{bail, Context, Result};
 use indicatif::ProgressBar;
 
 use crate::command;
-use crate::discovery::{self, Backend, MLX_VERSION};
+use crate::discovery;
+use crate::mlx_build::{Backend, MLX_VERSION};
 use crate::python;
 use crate::workspace::Workspace;
 

@@ -3,7 +3,7 @@
 use anyhow::{bail, Context, Result};
 
 use crate::command;
-use crate::discovery::Backend;
+use crate::mlx_build::Backend;
 use crate::setup::{self, SetupOptions};
 use crate::test_all::cargo;
 use crate::workspace::Workspace;

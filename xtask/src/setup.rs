@@ -6,8 +6,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 
 use crate::blas::{self, Blas, BlasKind};
-use crate::discovery::{self, Backend, Found, Source, MLX_VERSION};
+use crate::discovery::{self, Found, Source};
 use crate::ldd;
+use crate::mlx_build::{Backend, MLX_VERSION};
 use crate::mlx_lm_env::{self, Flavor, MlxLmEnv};
 use crate::model;
 use crate::provision;

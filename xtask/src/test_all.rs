@@ -6,8 +6,8 @@ use anyhow::{Context, Result};
 
 use crate::bindings;
 use crate::command;
-use crate::discovery::Backend;
 use crate::examples;
+use crate::mlx_build::Backend;
 use crate::setup::{self, SetupOptions};
 use crate::workspace::Workspace;
 

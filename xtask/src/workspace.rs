@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
-use crate::discovery::{Backend, MLX_VERSION};
+use crate::mlx_build::{Backend, MLX_VERSION};
 
 /// The workspace root and the paths the tasks read and write under it.
 pub struct Workspace {

@@ -21,7 +21,7 @@ use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
 use crate::command;
-use crate::discovery::Backend;
+use crate::mlx_build::Backend;
 use crate::mlx_lm_env::{self, Flavor};
 use crate::setup::{self, SetupOptions};
 use crate::test_all::cargo;
