@@ -201,8 +201,9 @@ impl CudaKernel {
         input_types: &[InputType],
         output_dtypes: &[Dtype],
         template: &[(&str, TemplateArg)],
+        threads_per_block: i32,
     ) -> Result<Arc<Instance>> {
-        let key = format!("{input_types:?} {output_dtypes:?} {template:?}");
+        let key = format!("{input_types:?} {output_dtypes:?} {template:?} {threads_per_block}");
         let mut instances = self.instances.lock().map_err(|_| {
             Error::Host(format!(
                 "kernel {}: the instance lock is poisoned",
@@ -213,9 +214,13 @@ impl CudaKernel {
             return Ok(instance.clone());
         }
         let target = target()?;
-        let program = self
-            .text()
-            .program(&target.label, input_types, output_dtypes, template)?;
+        let program = self.text().program(
+            &target.label,
+            input_types,
+            output_dtypes,
+            template,
+            threads_per_block,
+        )?;
         let dir = cache_dir();
         let cached = dir
             .as_deref()
@@ -262,7 +267,8 @@ impl CudaKernel {
             })
             .collect();
         let output_dtypes: Vec<Dtype> = outputs.iter().map(|o| o.dtype).collect();
-        let instance = self.instance(&input_types, &output_dtypes, template)?;
+        let [bx, by, bz] = launch.block;
+        let instance = self.instance(&input_types, &output_dtypes, template, bx * by * bz)?;
         let scalars: Vec<i32> = self
             .shaped
             .iter()

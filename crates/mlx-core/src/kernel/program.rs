@@ -92,7 +92,10 @@ pub(crate) struct KernelText<'a> {
 
 impl KernelText<'_> {
     /// The program of this kernel for inputs of `input_types`, outputs of
-    /// `output_dtypes` and `template` arguments. `target` (the GPU and the
+    /// `output_dtypes` and `template` arguments, launched in blocks of
+    /// `threads_per_block` (its launch bound: the compiler keeps each
+    /// thread's registers within what that many threads may hold, so the
+    /// launch never fails for want of them). `target` (the GPU and the
     /// compiler) opens the program as a comment, so a cached binary is only
     /// found for the same target. Input `x`'s shape, where the body reads
     /// it, arrives as `ndim` int parameters after the outputs and is
@@ -103,6 +106,7 @@ impl KernelText<'_> {
         input_types: &[InputType],
         output_dtypes: &[Dtype],
         template: &[(&str, TemplateArg)],
+        threads_per_block: i32,
     ) -> Result<Program> {
         if input_types.len() != self.inputs.len() || output_dtypes.len() != self.outputs.len() {
             return Err(Error::Host(format!(
@@ -153,7 +157,7 @@ impl KernelText<'_> {
         }
         let render = |function: &str| {
             format!(
-                "// {target}\n{PRELUDE}\n{}\n\nextern \"C\" __global__ void {function}(\n    {}) {{\n{shapes}{constants}\n{}\n}}\n",
+                "// {target}\n{PRELUDE}\n{}\n\nextern \"C\" __global__ void __launch_bounds__({threads_per_block}) {function}(\n    {}) {{\n{shapes}{constants}\n{}\n}}\n",
                 self.header,
                 parameters.join(",\n    "),
                 self.source
@@ -210,6 +214,7 @@ mod tests {
                     ("K", TemplateArg::Int(4)),
                     ("F", TemplateArg::Bool(false)),
                 ],
+                256,
             )
             .unwrap();
         assert!(
@@ -218,7 +223,7 @@ mod tests {
             program.function
         );
         let expected = format!(
-            "extern \"C\" __global__ void {}(\n    const __nv_bfloat16* x,\n    const __nv_bfloat16* w,\n    float* y,\n    int w_shape_0,\n    int w_shape_1) {{\n  const int w_shape[2] = {{w_shape_0, w_shape_1}};\n  using T = __nv_bfloat16;\n",
+            "extern \"C\" __global__ void __launch_bounds__(256) {}(\n    const __nv_bfloat16* x,\n    const __nv_bfloat16* w,\n    float* y,\n    int w_shape_0,\n    int w_shape_1) {{\n  const int w_shape[2] = {{w_shape_0, w_shape_1}};\n  using T = __nv_bfloat16;\n",
             program.function
         );
         assert!(program.source.contains(&expected), "{}", program.source);
@@ -244,20 +249,23 @@ mod tests {
             dtype: Dtype::Float32,
             ndim: 1,
         }];
-        let build = |header, source, target, dtype| {
+        let build = |header, source, target, dtype, threads| {
             text(header, source)
-                .program(target, &f32_in, &[dtype], &[])
+                .program(target, &f32_in, &[dtype], &[], threads)
                 .unwrap()
                 .function
         };
-        let base = ("#define X 1", "y[0] = x[0];", "sm_90", Dtype::Float32);
-        let name = |(header, source, target, dtype)| build(header, source, target, dtype);
+        let base = ("#define X 1", "y[0] = x[0];", "sm_90", Dtype::Float32, 128);
+        let name = |(header, source, target, dtype, threads)| {
+            build(header, source, target, dtype, threads)
+        };
         assert_eq!(name(base), name(base));
         for changed in [
-            ("#define X 2", base.1, base.2, base.3),
-            (base.0, "y[0] = 2 * x[0];", base.2, base.3),
-            (base.0, base.1, "sm_100", base.3),
-            (base.0, base.1, base.2, Dtype::Bfloat16),
+            ("#define X 2", base.1, base.2, base.3, base.4),
+            (base.0, "y[0] = 2 * x[0];", base.2, base.3, base.4),
+            (base.0, base.1, "sm_100", base.3, base.4),
+            (base.0, base.1, base.2, Dtype::Bfloat16, base.4),
+            (base.0, base.1, base.2, base.3, 512),
         ] {
             assert_ne!(name(base), name(changed), "{changed:?}");
         }
@@ -275,7 +283,7 @@ mod tests {
             header: "",
         };
         let err = text
-            .program("sm_90", &[], &[Dtype::Float32], &[])
+            .program("sm_90", &[], &[Dtype::Float32], &[], 128)
             .unwrap_err();
         assert!(
             err.to_string()
