@@ -7,19 +7,19 @@
 //! capacity in the cache's format, float or compressed), each new key and
 //! value is encoded in that format and written at a position held in an
 //! array, and attention runs over the whole buffers masked to their valid
-//! positions (for float buffers on the GPU through
-//! [`crate::kernels::decode_attention`], which reads only those; with
-//! [`Gemma3::gpu_kernels`], each whole block of float buffers runs as one
-//! [`crate::kernels::decode_layer`] kernel, which writes the buffers in
-//! place). Shapes never change, so MLX traces the step once;
+//! positions (on the GPU through [`crate::kernels::decode_attention_stored`],
+//! which reads only those, decoding compressed rows in registers; with
+//! [`Gemma3::gpu_kernels`], each whole block runs as one
+//! [`crate::kernels::decode_layer`] kernel, which encodes the new key and
+//! value and writes them into the buffers in place). Shapes never change, so MLX traces the step once;
 //! every later step replays the traced graph (its elementwise chains fused)
 //! without building it again.
 
 use mlx_core::{arange, where_, Array, Dtype, Function};
 
-use crate::cache::{Attend, CacheError, FixedSlot, KeyMask, KvStore, LayerCache, VectorSpec};
-use crate::kernels::LayerKv;
-use crate::model::{Gemma3, KvTarget, ModelError};
+use crate::cache::{CacheError, FixedSlot, KvStore, LayerCache, VectorSpec};
+use crate::kv_target::{FixedTarget, KvTarget};
+use crate::model::{Gemma3, ModelError};
 
 /// Inputs before the per-layer buffers: the token and the slots.
 const LEADING_INPUTS: usize = 2;
@@ -30,7 +30,8 @@ const LEADING_INPUTS: usize = 2;
 /// advised read-mostly, and reading scalars there cost the fused layer
 /// kernel 5–9 µs at its start and 2–9 µs more at its RoPE on the H200
 /// (about 1 µs for a 16-byte array); the slices of one 24-byte array are read
-/// where it lies. That made the fused step 1.08–1.20× faster (README).
+/// where it lies. That made the fused step 1.08–1.20× faster
+/// (docs/performance.md).
 const SLOTS: usize = 6;
 
 /// Where one kind of cache (global or sliding) takes the next token: its
@@ -40,56 +41,6 @@ struct KindSlot {
     position: i32,
     write_at: i32,
     valid: i32,
-}
-
-/// One layer's keys and values in a fixed-shape step: buffers written at
-/// `write_at`, attended to on their first `valid` positions (`mask` says the
-/// same as an additive mask).
-pub(crate) struct FixedTarget<'a> {
-    keys: KvStore,
-    values: KvStore,
-    /// The RoPE position of the token.
-    pub(crate) position: &'a Array,
-    write_at: &'a Array,
-    valid: &'a Array,
-    mask: &'a Array,
-}
-
-impl FixedTarget<'_> {
-    /// The buffers and positions as the fused decode-layer kernel takes
-    /// them (it writes the buffers in place, so they stay this target's);
-    /// `None` for compressed buffers, which the kernel does not read.
-    pub(crate) fn layer_kv(&self) -> Option<LayerKv<'_>> {
-        let (KvStore::Float(keys), KvStore::Float(values)) = (&self.keys, &self.values) else {
-            return None;
-        };
-        Some(LayerKv {
-            keys,
-            values,
-            position: self.position,
-            write_at: self.write_at,
-            valid: self.valid,
-        })
-    }
-
-    /// Writes one token's keys and values `[1, Hkv, 1, D]` into the buffers,
-    /// encoded in their format (cast to their dtype for floats); returns the
-    /// whole buffers under the mask.
-    pub(crate) fn update(&mut self, keys: &Array, values: &Array) -> Result<Attend, CacheError> {
-        let write = |buffer: &KvStore, new: &Array| -> Result<KvStore, CacheError> {
-            buffer.write_dynamic(&KvStore::encode(new, buffer.format())?, self.write_at)
-        };
-        self.keys = write(&self.keys, keys)?;
-        self.values = write(&self.values, values)?;
-        Ok(Attend {
-            keys: self.keys.clone(),
-            values: self.values.clone(),
-            mask: KeyMask::Leading {
-                valid: self.valid.clone(),
-                additive: self.mask.clone(),
-            },
-        })
-    }
 }
 
 /// A compiled fixed-shape decode step of one model.

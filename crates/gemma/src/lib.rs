@@ -6,6 +6,7 @@ pub mod config;
 pub mod convert;
 pub mod decode_step;
 pub mod kernels;
+mod kv_target;
 pub mod linear;
 pub mod load;
 pub mod model;

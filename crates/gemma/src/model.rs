@@ -9,7 +9,7 @@
 //! matrix, as are the gate and up projections.
 
 use mlx_core::device::{default_device, Device};
-use mlx_core::fast::{rms_norm, scaled_dot_product_attention, AttentionMask, RopeOffset};
+use mlx_core::fast::{rms_norm, scaled_dot_product_attention, AttentionMask};
 use mlx_core::{Array, Dtype, Function};
 
 use crate::cache::turbo::{rotate, unrotate};
@@ -17,11 +17,11 @@ use crate::cache::{
     Attend, CacheError, CacheFormat, KeyMask, KvCache, KvStore, LayerCache, RotatingKvCache,
 };
 use crate::config::Gemma3Config;
-use crate::decode_step::FixedTarget;
 use crate::kernels::{
     decode_attention_stored, decode_layer, grid_barrier, qk_norm_rope, resident_blocks,
     residual_norms, LayerGeometry, LayerWeights, Rotary,
 };
+use crate::kv_target::KvTarget;
 use crate::linear::Linear;
 
 /// Errors of the forward pass.
@@ -237,9 +237,7 @@ impl Gemma3 {
             let (KvTarget::Fixed(fixed), Some(weights)) = (target, layer.dense_weights()) else {
                 return Ok(None);
             };
-            let Some(kv) = fixed.layer_kv() else {
-                return Ok(None);
-            };
+            let kv = fixed.layer_kv();
             let geometry = self.layer_geometry(i);
             match decode_layer(&x, &weights, &kv, geometry, &barrier, blocks)? {
                 Some(out) => x = out,
@@ -417,34 +415,6 @@ impl Placement {
     }
 }
 
-/// Where one block's new keys and values go, and what its queries then
-/// attend to.
-pub(crate) enum KvTarget<'a> {
-    /// A layer cache (the eager forward pass, any shapes).
-    Cache(&'a mut LayerCache),
-    /// Fixed-capacity buffers written at a position held in an array (the
-    /// compiled decode step).
-    Fixed(FixedTarget<'a>),
-}
-
-impl KvTarget<'_> {
-    /// The RoPE position of the first new token.
-    fn rope_offset(&self) -> RopeOffset<'_> {
-        match self {
-            KvTarget::Cache(c) => RopeOffset::Fixed(c.offset()),
-            KvTarget::Fixed(f) => RopeOffset::Dynamic(f.position),
-        }
-    }
-
-    /// Stores keys and values `[B, Hkv, L, D]`; returns what to attend to.
-    fn update(&mut self, keys: &Array, values: &Array) -> Result<Attend, ModelError> {
-        Ok(match self {
-            KvTarget::Cache(c) => c.update_and_fetch(keys, values)?,
-            KvTarget::Fixed(f) => f.update(keys, values)?,
-        })
-    }
-}
-
 /// mlx's `gelu_approx`: `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`.
 fn gelu_approx(x: &Array) -> mlx_core::Result<Array> {
     let dtype = x.dtype();
@@ -499,10 +469,13 @@ pub fn cache_attention(
 /// orthogonal, so the scores are those of the original vectors), and the
 /// output is rotated back when values are.
 ///
-/// Quantized keys and values are attended to on their packed data on the GPU
-/// (it reads less memory), but dequantized first on the CPU, where MLX's
-/// `quantized_matmul` is a scalar loop several times slower than BLAS; both
-/// compute the same products up to float rounding order.
+/// Affine-quantized keys and values are read packed by our decode attention
+/// kernel where it takes them, and dequantized for MLX's attention
+/// elsewhere: MLX's CPU `quantized_matmul` is a scalar loop several times
+/// slower than BLAS, and its CUDA one broadcast over grouped-query heads
+/// (more than one key/value head) gave outputs 1.4× the output's size away
+/// from the attention of the dequantized vectors on the H200 (MLX 0.32.4),
+/// and compiled for about a minute on first use.
 ///
 /// One query over float or TurboQuant keys and values runs through our
 /// decode attention kernels on the GPU with our kernels on, and always for
@@ -547,14 +520,10 @@ fn attend_to(
         };
         return finish(attend_to(&queries, &decoded, scale, place)?);
     }
-    let (keys, values) = match (&attend.keys, &attend.values) {
-        (KvStore::Float(k), KvStore::Float(v)) => (k.clone(), v.clone()),
-        _ if !place.gpu => (
-            attend.keys.decoded(q.dtype())?,
-            attend.values.decoded(q.dtype())?,
-        ),
-        _ => return quantized_attention(q, attend, scale),
-    };
+    let (keys, values) = (
+        attend.keys.decoded(q.dtype())?,
+        attend.values.decoded(q.dtype())?,
+    );
     let mask = match &attend.mask {
         KeyMask::All => AttentionMask::None,
         KeyMask::Causal => AttentionMask::Causal,
@@ -572,64 +541,4 @@ fn decode_turbo(store: &KvStore, dtype: Dtype) -> Result<KvStore, CacheError> {
         KvStore::Turbo(t) => KvStore::Float(t.decode_rotated(dtype)?),
         other => other.clone(),
     })
-}
-
-/// Attention where keys or values are quantized, computed on the packed data
-/// as mlx-lm's `quantized_scaled_dot_product_attention` does.
-fn quantized_attention(q: &Array, attend: &Attend, scale: f32) -> Result<Array, ModelError> {
-    let shape = q.shape();
-    let (b, hq, l, d) = (shape[0], shape[1], shape[2], shape[3]);
-    let hkv = match &attend.keys {
-        KvStore::Float(k) => k.dim(1)?,
-        KvStore::Quantized(k) => k.packed.dim(1)?,
-        KvStore::Turbo(k) => k.packed.dim(1)?,
-    };
-    let repeats = hq / hkv;
-    let dtype = q.dtype();
-    let mut queries = q.multiply(&Array::scalar(scale as f64, dtype)?)?;
-    let expand = |s: &KvStore| s.map(|a| a.expand_dims(&[-3]));
-    let (keys, values) = if repeats > 1 {
-        queries = queries.reshape(&[b, hkv, repeats, l, d])?;
-        (expand(&attend.keys)?, expand(&attend.values)?)
-    } else {
-        (attend.keys.clone(), attend.values.clone())
-    };
-    let mut scores = match &keys {
-        KvStore::Float(k) => queries.matmul(&k.swapaxes(-1, -2)?)?,
-        KvStore::Quantized(k) => k.matmul(&queries, true)?,
-        KvStore::Turbo(k) => queries.matmul(&k.decode(dtype)?.swapaxes(-1, -2)?)?,
-    };
-    let n_keys = scores.dim(-1)?;
-    let lowest = Array::scalar(lowest_value(scores.dtype()), scores.dtype())?;
-    scores = match &attend.mask {
-        KeyMask::All => scores,
-        KeyMask::Causal => mlx_core::where_(
-            &crate::cache::causal_mask(l, n_keys - l, n_keys)?,
-            &scores,
-            &lowest,
-        )?,
-        KeyMask::Array(m) => mlx_core::where_(m, &scores, &lowest)?,
-        KeyMask::Leading { additive, .. } => scores.add(additive)?,
-    };
-    let probs = scores.softmax(&[-1], true)?;
-    let out = match &values {
-        KvStore::Float(v) => probs.matmul(v)?,
-        KvStore::Quantized(v) => v.matmul(&probs, false)?,
-        KvStore::Turbo(v) => probs.matmul(&v.decode(dtype)?)?,
-    };
-    Ok(if repeats > 1 {
-        out.reshape(&[b, hq, l, d])?
-    } else {
-        out
-    })
-}
-
-/// The most negative finite value of a float dtype (numpy's `finfo.min`).
-fn lowest_value(dtype: Dtype) -> f64 {
-    match dtype {
-        Dtype::Float16 => -65504.0,
-        Dtype::Bfloat16 => -3.3895313892515355e38,
-        Dtype::Float64 => f64::MIN,
-        _ => f32::MIN as f64,
-    }
 }

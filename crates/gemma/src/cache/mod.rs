@@ -21,8 +21,6 @@ pub use plain::KvCache;
 pub use rotating::RotatingKvCache;
 pub use turbo::TurboArray;
 
-pub(crate) use plain::causal_mask;
-
 use mlx_core::{Array, Dtype};
 
 /// Positions are allocated in multiples of this many.

@@ -24,12 +24,12 @@ pub const TURBO_GROUP: i32 = 128;
 /// The signs `s1` applied before the Hadamard transform: byte k, bit j is
 /// element 8k + j, a set bit means −1 (numpy's
 /// `default_rng(42).choice([-1., 1.], 128)`, first draw).
-const SIGNS_BEFORE: [u8; 16] = [
+pub const SIGNS_BEFORE: [u8; 16] = [
     0x59, 0x03, 0x6a, 0xe4, 0x49, 0x59, 0xf8, 0x42, 0xbb, 0x3b, 0xc6, 0xa4, 0xa9, 0x50, 0xf2, 0x49,
 ];
 
 /// The signs `s2` applied after the Hadamard transform (second draw).
-const SIGNS_AFTER: [u8; 16] = [
+pub const SIGNS_AFTER: [u8; 16] = [
     0x90, 0xee, 0xac, 0x16, 0xdc, 0x8f, 0x62, 0x3f, 0x7a, 0x35, 0xa5, 0xb7, 0x62, 0x65, 0xa5, 0xbe,
 ];
 

@@ -22,7 +22,9 @@ use mlx_core::device::cuda_multiprocessor_count;
 use mlx_core::kernel::{Launch, OutputSpec, TemplateArg};
 use mlx_core::{Array, Dtype};
 
+use super::stored_kv::{self, StoredSide};
 use super::{kernel_with_header, one, HEADER};
+use crate::cache::KvStore;
 
 /// Warps per block.
 const WARPS: i32 = 16;
@@ -37,7 +39,7 @@ const PAIR_ROWS: bool = true;
 const SHARED_LIMIT: i32 = 48 * 1024;
 
 /// The kernel's inputs, in order.
-const INPUT_NAMES: [&str; 17] = [
+const INPUT_NAMES: [&str; 21] = [
     "x",
     "w_in",
     "w_qkv",
@@ -52,15 +54,20 @@ const INPUT_NAMES: [&str; 17] = [
     "position",
     "write_at",
     "valid",
-    "k_cache",
-    "v_cache",
+    "k_data",
+    "k_scales",
+    "k_biases",
+    "v_data",
+    "v_scales",
+    "v_biases",
     "barrier",
 ];
 
 /// Query heads the kernel's split counts have room for.
 const MAX_HEADS: i32 = 128;
 
-/// Device functions of the layer kernel, after [`HEADER`].
+/// Device functions of the layer kernel, after [`HEADER`] and
+/// [`stored_kv::header`].
 const LAYER_HEADER: &str = r#"
 // A barrier across the grid, reusable without a reset: each barrier adds
 // 2^31 to `*word` in all (the first block 2^31 − (blocks − 1), every other
@@ -107,6 +114,19 @@ __device__ __forceinline__ void gemma_load_n(const U* p, U* out) {
   for (int c = 0; c < BYTES / CHUNK; ++c) {
     const Bits b = __ldcg(reinterpret_cast<const Bits*>(p) + c);
     memcpy(reinterpret_cast<char*>(out) + c * CHUNK, &b, CHUNK);
+  }
+}
+
+// A lane's share of a stored row as [`gemma_kv_row`] gives it, floats in
+// 16-byte loads that bypass L1.
+template <int F, int BITS, int GS, int D, int E, typename T, typename S, typename B>
+__device__ __forceinline__ void gemma_layer_row(
+    const void* data, const S* scales, const B* biases, size_t row, int lane,
+    typename gemma_kv_elem<F, T>::type* out) {
+  if constexpr (F == 0) {
+    gemma_load_n<T, E>(reinterpret_cast<const T*>(data) + row * D + lane * E, out);
+  } else {
+    gemma_kv_row<F, BITS, GS, D, E, T>(data, scales, biases, row, lane, out);
   }
 }
 
@@ -183,6 +203,8 @@ const DECODE_LAYER: &str = r#"
   __shared__ T norm_w[2 * D];
   __shared__ float head_k[D];
   __shared__ float head_v[D];
+  __shared__ unsigned char kv_codes[2 * D];
+  __shared__ float kv_par[D / 8];
   __shared__ bool last_split;
   T* xs = reinterpret_cast<T*>(smem);
   const int G = gridDim.x;
@@ -192,7 +214,7 @@ const DECODE_LAYER: &str = r#"
   const int H = w_in_shape[0];
   const int I = w_down_shape[1];
   const int NQKV = (HQ + 2 * HKV) * D;
-  const int capacity = k_cache_shape[2];
+  const int capacity = k_data_shape[2];
   const int n_valid = valid[0] < capacity ? valid[0] : capacity;
   // Splits of the keys per group of QB query heads: one per 64 keys, at
   // most one block each.
@@ -200,8 +222,8 @@ const DECODE_LAYER: &str = r#"
   const int wanted = (n_valid + 63) / 64 > 0 ? (n_valid + 63) / 64 : 1;
   const int S = wanted < max_splits ? wanted : max_splits;
   unsigned int* bar = reinterpret_cast<unsigned int*>(const_cast<int*>(barrier));
-  T* kc = const_cast<T*>(k_cache);
-  T* vc = const_cast<T*>(v_cache);
+  T* kc = reinterpret_cast<T*>(const_cast<void*>(static_cast<const void*>(k_data)));
+  T* vc = reinterpret_cast<T*>(const_cast<void*>(static_cast<const void*>(v_data)));
   T* qkv = scratch;
   T* attn = qkv + NQKV;
   T* o = attn + HQ * D;
@@ -285,7 +307,7 @@ const DECODE_LAYER: &str = r#"
           const T hi = static_cast<T>(x1 * sn + x2 * cs);
           dst[i] = static_cast<float>(lo);
           dst[i + HALF] = static_cast<float>(hi);
-          if (!is_q && writer) {
+          if (KF == 0 && !is_q && writer) {
             T* row = kc + (static_cast<size_t>(kvh) * capacity + at) * D;
             row[i] = lo;
             row[i + HALF] = hi;
@@ -299,14 +321,29 @@ const DECODE_LAYER: &str = r#"
         #pragma unroll
         for (int e = 0; e < E; ++e) {
           head_v[lane * E + e] = static_cast<float>(v[e]);
-          if (writer) row[e] = v[e];
+          if (VF == 0 && writer) row[e] = v[e];
         }
       }
       __syncthreads();
+      // Compressed sides: TurboQuant keys take the queries into their
+      // rotated domain (rounded to T, as the eager rotation returns them);
+      // the new key and value are encoded as the eager path encodes them,
+      // the writer storing them, and attention reads back their decoding.
+      const size_t head_row = static_cast<size_t>(kvh) * capacity;
+      if constexpr (KF == 2) {
+        gemma_turbo_rotate(head_q, QB * D, GEMMA_TURBO_SIGNS_BEFORE, GEMMA_TURBO_SIGNS_AFTER);
+        for (int i = tid; i < QB * D; i += THREADS) head_q[i] = static_cast<float>(static_cast<T>(head_q[i]));
+        __syncthreads();
+      }
+      if constexpr (KF != 0) {
+        gemma_kv_encode<KF, KB, KG, D, T>(head_k, kv_codes, kv_par, writer, k_data, k_scales, k_biases, head_row + at);
+      }
+      if constexpr (VF != 0) {
+        gemma_kv_encode<VF, VB, VG, D, T>(head_v, kv_codes + D, kv_par + D / 16, writer, v_data, v_scales, v_biases, head_row + at);
+      }
       const int chunk = (n + S - 1) / S;
       const int begin = s * chunk;
       const int end = begin + chunk < n ? begin + chunk : n;
-      const size_t head = static_cast<size_t>(kvh) * capacity * D + lane * E;
       float qv[QB][E];
       float acc[QB][E];
       float m[QB];
@@ -322,17 +359,19 @@ const DECODE_LAYER: &str = r#"
         }
       }
       // Each warp reads U keys' and values' rows at once (keys j, j + WARPS,
-      // …), so that their loads are in flight together.
-      constexpr int U = E <= 4 ? 8 : (E <= 8 ? 4 : 2);
+      // …), so that their loads are in flight together: fewer of
+      // compressed rows, which are decoded into float registers.
+      constexpr int U_ROWS = E <= 4 ? 8 : (E <= 8 ? 4 : 2);
+      constexpr int U = KF == 0 && VF == 0 ? U_ROWS : (E <= 8 ? 2 : 1);
       for (int j0 = begin + warp; j0 < end; j0 += U * WARPS) {
-        T kr[U][E];
-        T vr[U][E];
+        typename gemma_kv_elem<KF, T>::type kr[U][E];
+        typename gemma_kv_elem<VF, T>::type vr[U][E];
         #pragma unroll
         for (int u = 0; u < U; ++u) {
           const int j = j0 + u * WARPS < end ? j0 + u * WARPS : j0;
-          const size_t row = head + static_cast<size_t>(j) * D;
-          gemma_load_n<T, E>(kc + row, kr[u]);
-          gemma_load_n<T, E>(vc + row, vr[u]);
+          const size_t row = head_row + j;
+          gemma_layer_row<KF, KB, KG, D, E, T>(k_data, k_scales, k_biases, row, lane, kr[u]);
+          gemma_layer_row<VF, VB, VG, D, E, T>(v_data, v_scales, v_biases, row, lane, vr[u]);
         }
         float sc[QB][U];
         #pragma unroll
@@ -434,7 +473,15 @@ const DECODE_LAYER: &str = r#"
             sum += f * gemma_load(parts + k * (D + 2) + 1);
             total += f * gemma_load(parts + k * (D + 2) + 2 + d);
           }
-          attn[h * D + d] = static_cast<T>(total / sum);
+          const T r = static_cast<T>(total / sum);
+          if constexpr (VF == 2) head_q[hd] = static_cast<float>(r);
+          else attn[h * D + d] = r;
+        }
+        // TurboQuant values: the output back from their rotated domain.
+        if constexpr (VF == 2) {
+          __syncthreads();
+          gemma_turbo_rotate(head_q, QB * D, GEMMA_TURBO_SIGNS_AFTER, GEMMA_TURBO_SIGNS_BEFORE);
+          for (int hd = tid; hd < QB * D; hd += THREADS) attn[h0 * D + hd] = static_cast<T>(head_q[hd]);
         }
         if (tid == 0) atomicExch(done + group, 0u);
       }
@@ -563,18 +610,20 @@ pub struct LayerWeights<'a> {
     pub post_feedforward_norm: &'a Array,
 }
 
-/// Where the block's key and value go and what attention reads: buffers
-/// `[1, Hkv, capacity, D]` written in place at `write_at`, attended to on
-/// their first `valid` positions; the token's RoPE position. The three
-/// positions are int32 arrays `[1]`. The buffers must be row-contiguous
-/// once evaluated (as the caches' reserved buffers are): MLX would hand the
-/// kernel a contiguous copy of any other, and the write would be lost.
+/// Where the block's key and value go and what attention reads: stores of
+/// `[1, Hkv, capacity, D]` in any cache format, written in place at
+/// `write_at` (the new key and value encoded as the eager path encodes
+/// them), attended to on their first `valid` positions; the token's RoPE
+/// position. The three positions are int32 arrays `[1]`. The stores' arrays
+/// must be row-contiguous once evaluated (as the caches' reserved buffers
+/// are): MLX would hand the kernel a contiguous copy of any other, and the
+/// write would be lost.
 #[derive(Debug, Clone, Copy)]
 pub struct LayerKv<'a> {
-    /// Key buffer (written in place).
-    pub keys: &'a Array,
-    /// Value buffer (written in place).
-    pub values: &'a Array,
+    /// Key store (written in place).
+    pub keys: &'a KvStore,
+    /// Value store (written in place).
+    pub values: &'a KvStore,
     /// RoPE position of the token.
     pub position: &'a Array,
     /// Buffer slot of the token.
@@ -622,6 +671,10 @@ pub fn decode_layer(
     let hidden = w.input_norm.size() as i32;
     let inter = w.down.dim(1)?;
     let bytes = dtype.size_bytes() as i32;
+    let (keys, values) = (StoredSide::of(kv.keys), StoredSide::of(kv.values));
+    let unused = mlx_core::zeros(&[1], dtype)?;
+    let [k_data, k_scales, k_biases] = keys.inputs(&unused);
+    let [v_data, v_scales, v_biases] = values.inputs(&unused);
     let inputs = [
         x,
         w.input_norm,
@@ -637,15 +690,22 @@ pub fn decode_layer(
         kv.position,
         kv.write_at,
         kv.valid,
-        kv.keys,
-        kv.values,
+        k_data,
+        k_scales,
+        k_biases,
+        v_data,
+        v_scales,
+        v_biases,
         barrier,
     ];
-    // The positions and the barrier are int32, everything else `dtype`.
-    let dtypes_fit = inputs.iter().zip(INPUT_NAMES).all(|(a, name)| {
-        let int = matches!(name, "position" | "write_at" | "valid" | "barrier");
-        a.dtype() == if int { Dtype::Int32 } else { dtype }
+    // The positions and the barrier are int32; the stores as their formats
+    // lay them out; everything else `dtype`.
+    let dtypes_fit = inputs.iter().zip(INPUT_NAMES).all(|(a, name)| match name {
+        "position" | "write_at" | "valid" | "barrier" => a.dtype() == Dtype::Int32,
+        name if name.starts_with("k_") || name.starts_with("v_") => true,
+        _ => a.dtype() == dtype,
     });
+    let store_shape = |data: &Array| data.shape().get(..3).map(<[i32]>::to_vec);
     let widest = hidden.max(inter).max(hq * d) * bytes;
     let shared = widest.max(WARPS * d * 4);
     let qb = query_heads_per_block(hq, hkv, d);
@@ -662,13 +722,15 @@ pub fn decode_layer(
         && w.o.shape() == [hidden, hq * d]
         && w.gate_up.shape() == [2 * inter, hidden]
         && w.down.shape() == [hidden, inter]
-        && kv.keys.ndim() == 4
-        && kv.keys.dim(0)? == 1
-        && kv.keys.dim(1)? == hkv
-        && kv.keys.dim(3)? == d
-        && kv.values.shape() == kv.keys.shape()
+        && k_data.ndim() == 4
+        && k_data.dim(0)? == 1
+        && k_data.dim(1)? == hkv
+        && store_shape(k_data) == store_shape(v_data)
+        && keys.suits(dtype, d, WARPS)
+        && values.suits(dtype, d, WARPS)
         && qb + 2 <= WARPS
-        && shared + 4 * (32 + 2 * WARPS * qb + qb * d + 3 * d) + 2 * d * bytes + 16 <= SHARED_LIMIT
+        && shared + 4 * (32 + 2 * WARPS * qb + qb * d + 3 * d + d / 8) + 2 * d * bytes + 2 * d + 16
+            <= SHARED_LIMIT
         && hq <= MAX_HEADS
         && blocks > 0;
     if !fits {
@@ -680,7 +742,7 @@ pub fn decode_layer(
         "gemma_decode_layer",
         (&INPUT_NAMES, &["out", "scratch", "partials"]),
         DECODE_LAYER,
-        &format!("{HEADER}{LAYER_HEADER}"),
+        &format!("{HEADER}{}{LAYER_HEADER}", stored_kv::header()),
         &[
             ("EPS", g.eps),
             ("SCALE", g.scale),
@@ -717,7 +779,11 @@ pub fn decode_layer(
             ("PAIR", TemplateArg::Int(i32::from(PAIR_ROWS))),
             ("WARPS", TemplateArg::Int(WARPS)),
             ("SMEM", TemplateArg::Int((shared + 15) / 16 * 16)),
-        ],
+        ]
+        .into_iter()
+        .chain(keys.template_args(["KF", "KB", "KG"]))
+        .chain(values.template_args(["VF", "VB", "VG"]))
+        .collect::<Vec<_>>(),
     )?;
     // The scratch outputs are dropped: MLX frees them once the kernel ran.
     let mut out = out;

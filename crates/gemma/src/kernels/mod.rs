@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 mod decode_layer;
 mod greedy;
+mod stored_kv;
 
 pub use decode_layer::{
     decode_layer, grid_barrier, resident_blocks, LayerGeometry, LayerKv, LayerWeights,
@@ -21,7 +22,8 @@ use mlx_core::fast::{rms_norm, rope, RopeOffset};
 use mlx_core::kernel::{CudaKernel, Launch, OutputSpec, TemplateArg};
 use mlx_core::Array;
 
-use crate::cache::{turbo, KvStore};
+use crate::cache::KvStore;
+use stored_kv::StoredSide;
 
 /// Threads per block of the row-wise kernels (residual norms, GEMV).
 const BLOCK: i32 = 256;
@@ -171,12 +173,11 @@ const ATTENTION_WARPS: i32 = 16;
 /// head). Each warp runs an online softmax over every `WARPS`-th key, each
 /// lane holding `D / 32` features; the warps' partial sums are then merged.
 /// Scores, softmax and the weighted sum stay in float; the output is rounded
-/// once to `T`. Keys and values are each stored as floats (`KB` or `VB` 0:
-/// `k_data` / `v_data` of `T`, their norms unused) or TurboQuant of that
-/// many bits (`*_data` the packed uint8 indices, `*_norms` the float16 norms
-/// of each 128-value group), decoded in registers in the rotated domain: the
-/// caller rotates the query for TurboQuant keys and rotates the output back
-/// for TurboQuant values.
+/// once to `T`. Keys and values are each stored in any cache format
+/// ([`stored_kv`]: `KF`, `KB`, `KG` and `VF`, `VB`, `VG` say which), decoded
+/// in registers; TurboQuant in its rotated domain, so the caller rotates the
+/// query for TurboQuant keys and rotates the output back for TurboQuant
+/// values.
 const DECODE_ATTENTION: &str = r#"
   constexpr int E = D / 32;
   __shared__ float part_m[WARPS];
@@ -202,20 +203,20 @@ const DECODE_ATTENTION: &str = r#"
   float m = -INFINITY;
   float l = 0.0f;
   for (int j = warp; j < n; j += WARPS) {
-    float kr[E];
-    gemma_stored_row<KB, D, E>(k_data, k_norms, head + j, lane, kr);
+    typename gemma_kv_elem<KF, T>::type kr[E];
+    gemma_kv_row<KF, KB, KG, D, E, T>(k_data, k_scales, k_biases, head + j, lane, kr);
     float s = 0.0f;
     #pragma unroll
-    for (int e = 0; e < E; ++e) s += qv[e] * kr[e];
+    for (int e = 0; e < E; ++e) s += qv[e] * static_cast<float>(kr[e]);
     for (int w = 16; w > 0; w >>= 1) s += __shfl_xor_sync(0xffffffffu, s, w);
     const float m_new = fmaxf(m, s);
     const float corr = expf(m - m_new);
     const float p = expf(s - m_new);
     l = l * corr + p;
-    float vr[E];
-    gemma_stored_row<VB, D, E>(v_data, v_norms, head + j, lane, vr);
+    typename gemma_kv_elem<VF, T>::type vr[E];
+    gemma_kv_row<VF, VB, VG, D, E, T>(v_data, v_scales, v_biases, head + j, lane, vr);
     #pragma unroll
-    for (int e = 0; e < E; ++e) o[e] = o[e] * corr + p * vr[e];
+    for (int e = 0; e < E; ++e) o[e] = o[e] * corr + p * static_cast<float>(vr[e]);
     m = m_new;
   }
   if (lane == 0) {
@@ -237,61 +238,6 @@ const DECODE_ATTENTION: &str = r#"
     }
     out[static_cast<size_t>(row) * D + d] = static_cast<T>(acc / sum);
   }
-"#;
-
-/// Device functions of [`DECODE_ATTENTION`]: the TurboQuant
-/// codebooks (from [`crate::cache::turbo::codebook`]) and a lane's `E`
-/// values of one stored row.
-fn stored_rows_header() -> String {
-    let mut header = String::new();
-    for bits in [2, 3, 4] {
-        let values: Vec<String> = turbo::codebook(bits)
-            .iter()
-            .map(|c| format!("{c:e}f"))
-            .collect();
-        header.push_str(&format!(
-            "__device__ const float GEMMA_TURBO_CODEBOOK{bits}[{}] = {{{}}};\n",
-            1 << bits,
-            values.join(", ")
-        ));
-    }
-    header.push_str(STORED_ROWS);
-    header
-}
-
-/// See [`stored_rows_header`]. Index layout as
-/// [`crate::cache::turbo::TurboArray`] packs it: 2-bit element 4k + j in
-/// bits 2j of byte k, 4-bit element 2k + j in bits 4j, 3-bit low bits as
-/// 2-bit in bytes 0..32 and high bits element 8k + j in bit j of byte 32 + k.
-const STORED_ROWS: &str = r#"
-template <int BITS>
-__device__ __forceinline__ float gemma_turbo_centroid(const uint8_t* group, int i) {
-  if (BITS == 4) return GEMMA_TURBO_CODEBOOK4[(group[i >> 1] >> ((i & 1) * 4)) & 15];
-  const int low = (group[i >> 2] >> ((i & 3) * 2)) & 3;
-  if (BITS == 2) return GEMMA_TURBO_CODEBOOK2[low];
-  return GEMMA_TURBO_CODEBOOK3[low | (((group[32 + (i >> 3)] >> (i & 7)) & 1) << 2)];
-}
-
-// Values lane * E .. lane * E + E of row `row` (of D values): floats as
-// stored (BITS 0), or TurboQuant centroids times their group's norm.
-template <int BITS, int D, int E, typename S>
-__device__ __forceinline__ void gemma_stored_row(
-    const S* data, const __half* norms, size_t row, int lane, float* out) {
-  if (BITS == 0) {
-    const S* r = data + row * D + lane * E;
-    #pragma unroll
-    for (int e = 0; e < E; ++e) out[e] = static_cast<float>(r[e]);
-    return;
-  }
-  constexpr int G = D / 128;
-  constexpr int P = 16 * (BITS == 0 ? 1 : BITS);
-  const int first = lane * E;
-  const int g = first / 128;
-  const uint8_t* group = reinterpret_cast<const uint8_t*>(data) + row * (G * P) + g * P;
-  const float norm = __half2float(norms[row * G + g]);
-  #pragma unroll
-  for (int e = 0; e < E; ++e) out[e] = gemma_turbo_centroid<BITS>(group, first % 128 + e) * norm;
-}
 "#;
 
 /// `x · Wᵀ` for a single input row `x` (`[..., K]` with one row) and a
@@ -448,61 +394,27 @@ pub fn decode_attention(
     valid: &Array,
     scale: f32,
 ) -> mlx_core::Result<Option<Array>> {
-    let float = |a: &Array| StoredSide {
-        data: a.clone(),
-        norms: None,
-        bits: 0,
-    };
-    attention_kernel(q, (float(keys), float(values)), valid, scale)
+    decode_attention_stored(
+        q,
+        &KvStore::Float(keys.clone()),
+        &KvStore::Float(values.clone()),
+        valid,
+        scale,
+    )
 }
 
-/// One side (keys or values) as [`DECODE_ATTENTION`] reads it.
-struct StoredSide {
-    /// The floats, or the packed TurboQuant indices.
-    data: Array,
-    /// The TurboQuant norms.
-    norms: Option<Array>,
-    /// 0 for floats, else TurboQuant's bits.
-    bits: i32,
-}
-
-impl StoredSide {
-    /// The side of a store; `None` for affine quantization.
-    fn of(store: &KvStore) -> Option<StoredSide> {
-        Some(match store {
-            KvStore::Float(a) => StoredSide {
-                data: a.clone(),
-                norms: None,
-                bits: 0,
-            },
-            KvStore::Turbo(t) => StoredSide {
-                data: t.packed.clone(),
-                norms: Some(t.norms.clone()),
-                bits: t.bits,
-            },
-            KvStore::Quantized(_) => return None,
-        })
-    }
-
-    /// Whether the kernel reads this side for queries of `q`'s dtype and
-    /// heads of `d` values: floats of that dtype and size, or TurboQuant
-    /// groups.
-    fn suits(&self, q: &Array, d: i32) -> bool {
-        if self.bits > 0 {
-            d % turbo::TURBO_GROUP == 0
-        } else {
-            self.data.dtype() == q.dtype() && self.data.dim(-1).ok() == Some(d)
-        }
-    }
-}
-
-/// [`DECODE_ATTENTION`] on `q` and two sides, or `None` where it does not fit.
-fn attention_kernel(
+/// [`decode_attention`] over stored keys and values in any cache format
+/// (decoded in registers; TurboQuant in its rotated domain: `q` must be
+/// rotated when keys are TurboQuant, and the output is rotated when values
+/// are). `None` for shapes the kernel does not take.
+pub fn decode_attention_stored(
     q: &Array,
-    (keys, values): (StoredSide, StoredSide),
+    keys: &KvStore,
+    values: &KvStore,
     valid: &Array,
     scale: f32,
 ) -> mlx_core::Result<Option<Array>> {
+    let (keys, values) = (StoredSide::of(keys), StoredSide::of(values));
     let qs = q.shape();
     let (&[b, hq, 1, d], ks, vs) = (qs.as_slice(), keys.data.shape(), values.data.shape()) else {
         return Ok(None);
@@ -514,26 +426,39 @@ fn attention_kernel(
         && d <= ATTENTION_WARPS * 32
         && hkv > 0
         && hq % hkv == 0
-        && keys.suits(q, d)
-        && values.suits(q, d);
+        && keys.suits(q.dtype(), d, d / 32)
+        && values.suits(q.dtype(), d, d / 32);
     if !fits {
         return Ok(None);
     }
-    let unused = mlx_core::zeros(&[1], mlx_core::Dtype::Float16)?;
-    let k_norms = keys.norms.unwrap_or_else(|| unused.clone());
-    let v_norms = values.norms.unwrap_or(unused);
+    let unused = mlx_core::zeros(&[1], q.dtype())?;
     let kernel = kernel_with_header(
         "gemma_decode_attention",
         (
-            &["q", "k_data", "k_norms", "v_data", "v_norms", "valid"],
+            &[
+                "q", "k_data", "k_scales", "k_biases", "v_data", "v_scales", "v_biases", "valid",
+            ],
             &["out"],
         ),
         DECODE_ATTENTION,
-        &stored_rows_header(),
+        &stored_kv::header(),
         &[("SCALE", scale)],
     )?;
+    let mut inputs = vec![q];
+    inputs.extend(keys.inputs(&unused));
+    inputs.extend(values.inputs(&unused));
+    inputs.push(valid);
+    let mut template = vec![
+        ("T", TemplateArg::Dtype(q.dtype())),
+        ("D", TemplateArg::Int(d)),
+        ("HQ", TemplateArg::Int(hq)),
+        ("HKV", TemplateArg::Int(hkv)),
+        ("WARPS", TemplateArg::Int(ATTENTION_WARPS)),
+    ];
+    template.extend(keys.template_args(["KF", "KB", "KG"]));
+    template.extend(values.template_args(["VF", "VB", "VG"]));
     let out = kernel.apply(
-        &[q, &keys.data, &k_norms, &values.data, &v_norms, valid],
+        &inputs,
         &[OutputSpec {
             shape: qs.clone(),
             dtype: q.dtype(),
@@ -542,35 +467,9 @@ fn attention_kernel(
             grid: [b * hq * ATTENTION_WARPS * 32, 1, 1],
             block: [ATTENTION_WARPS * 32, 1, 1],
         },
-        &[
-            ("T", TemplateArg::Dtype(q.dtype())),
-            ("D", TemplateArg::Int(d)),
-            ("HQ", TemplateArg::Int(hq)),
-            ("HKV", TemplateArg::Int(hkv)),
-            ("WARPS", TemplateArg::Int(ATTENTION_WARPS)),
-            ("KB", TemplateArg::Int(keys.bits)),
-            ("VB", TemplateArg::Int(values.bits)),
-        ],
+        &template,
     )?;
     Ok(Some(one(out, "decode attention")?))
-}
-
-/// [`decode_attention`] over stored keys and values, each float or
-/// TurboQuant (the packed indices decoded in registers, in the rotated
-/// domain: `q` must be rotated when keys are TurboQuant, and the output is
-/// rotated when values are). `None` for affine stores or shapes the kernel
-/// does not take.
-pub fn decode_attention_stored(
-    q: &Array,
-    keys: &KvStore,
-    values: &KvStore,
-    valid: &Array,
-    scale: f32,
-) -> mlx_core::Result<Option<Array>> {
-    match (StoredSide::of(keys), StoredSide::of(values)) {
-        (Some(k), Some(v)) => attention_kernel(q, (k, v), valid, scale),
-        _ => Ok(None),
-    }
 }
 
 /// Where the rotary embedding of [`qk_norm_rope`] starts and how it turns.
