@@ -7,9 +7,17 @@
 # (the compiled step with our CUDA kernels, one fused kernel per layer, 16
 # steps per host-device synchronisation), the same with 8 steps per
 # synchronisation ("default s8"), our eager decode with MLX's own operations
-# ("eager, MLX ops"), then mlx-lm. After the rounds every KV-cache family
-# (affine q8_0/q4_0, TurboQuant turbo4/turbo3, q8_0 keys with turbo4
-# values) runs through the compiled step and eagerly; KV=0 skips them.
+# ("eager, MLX ops"), mlx-lm, then llama.cpp. After the rounds, ROUNDS more
+# of every KV-cache family (affine q8_0/q4_0, TurboQuant turbo4/turbo3,
+# q8_0 keys with turbo4 values) through the compiled step and eagerly, with
+# llama.cpp beside ours on the types it has (f16, q8_0, q4_0); KV=0 skips
+# them. The first compressed-cache run of each size comes first, so that
+# its time to first token is a fresh machine's.
+#
+# llama.cpp runs when LLAMA_BENCH names its llama-bench and
+# ${GGUF_DIR:-/root}/gemma3-SIZE-f16.gguf exists (../../../shared/llamacpp
+# builds both): `-p 0 -n GEN -d PROMPT`, the generation of GEN tokens after
+# a PROMPT-token context, as ours measures it, flash attention on.
 set -uo pipefail
 . /tmp/site/env.sh
 bin=$1 prompt=$2 gen=$3
@@ -31,19 +39,44 @@ ours() { # size, extra flags; a failed run prints the end of its error output
     fi
 }
 theirs() { python3 "$here/mlx_lm_random.py" "$configs/gemma3-$1.json" "$prompt" "$gen"; }
+llama() { # size, extra llama-bench flags
+    local gguf=${GGUF_DIR:-/root}/gemma3-$1-f16.gguf
+    if [ -z "${LLAMA_BENCH:-}" ] || [ ! -f "$gguf" ]; then
+        echo "skipped (LLAMA_BENCH unset or no $gguf)"
+        return
+    fi
+    "$LLAMA_BENCH" -m "$gguf" -p 0 -n "$gen" -d "$prompt" -ngl 99 -fa 1 -r 1 -o json "${@:2}" 2>"$errors" |
+        python3 -c 'import json,sys; print(json.dumps({"generation_tps": round(json.load(sys.stdin)[0]["avg_ts"], 1)}))' ||
+        echo "failed: $(tail -3 "$errors" | tr '\n' ' ')"
+}
+# llama-bench's flags for a KV spec of types it has; nothing for the others.
+llama_kv() {
+    case $1 in
+    ctk=q8_0,ctv=q8_0) echo "-ctk q8_0 -ctv q8_0" ;;
+    ctk=q4_0,ctv=q4_0) echo "-ctk q4_0 -ctv q4_0" ;;
+    esac
+}
+kv_specs="ctk=q8_0,ctv=q8_0 ctk=q4_0,ctv=q4_0 ctk=turbo4,ctv=turbo4 ctk=turbo3,ctv=turbo3 ctk=q8_0,ctv=turbo4"
 for size in "$@"; do
     echo "== $size: warm-up (our kernels compile unless ~/.cache/gemma-mlx/kernels has them)"
     echo "ours first run    $size: $(ours "$size")"
+    [ "${KV:-1}" = 0 ] || echo "ours first run    $size ctk=q8_0,ctv=q8_0: $(ours "$size" --kv ctk=q8_0,ctv=q8_0)"
     python3 "$here/mlx_lm_random.py" "$configs/gemma3-$size.json" 64 8 >/dev/null
     for round in $(seq "${ROUNDS:-2}"); do
         echo "ours default      $size round $round: $(ours "$size")"
         echo "ours default s8   $size round $round: $(ours "$size" --steps-per-sync 8)"
         echo "ours eager, MLX ops $size round $round: $(ours "$size" --decode eager --gpu-kernels=false)"
         echo "mlx-lm            $size round $round: $(theirs "$size")"
+        echo "llama.cpp f16 KV  $size round $round: $(llama "$size")"
     done
     [ "${KV:-1}" = 0 ] && continue
-    for kv in ctk=q8_0,ctv=q8_0 ctk=q4_0,ctv=q4_0 ctk=turbo4,ctv=turbo4 ctk=turbo3,ctv=turbo3 ctk=q8_0,ctv=turbo4; do
-        echo "ours   $size $kv: $(ours "$size" --kv "$kv")"
-        echo "ours   $size $kv eager: $(ours "$size" --kv "$kv" --decode eager)"
+    for round in $(seq "${ROUNDS:-2}"); do
+        for kv in $kv_specs; do
+            echo "ours   $size $kv round $round: $(ours "$size" --kv "$kv")"
+            echo "ours   $size $kv eager round $round: $(ours "$size" --kv "$kv" --decode eager)"
+            flags=$(llama_kv "$kv")
+            # shellcheck disable=SC2086
+            [ -n "$flags" ] && echo "llama.cpp $size $kv round $round: $(llama "$size" $flags)"
+        done
     done
 done
