@@ -12,8 +12,8 @@ use crate::setup::{self, SetupOptions};
 use crate::workspace::Workspace;
 
 /// Sets up (with the model and the mlx-lm reference environment: the tests
-/// need them), then checks the bindings,
-/// formatting and lints, then runs `cargo test` with `cargo_test_args`
+/// need them), then checks the bindings, formatting, lints and the API
+/// documentation (warnings are errors), then runs `cargo test` with `cargo_test_args`
 /// appended, then every example of the engine. Stops at the first failing
 /// step and names it.
 pub fn run(workspace: &Workspace, backend: Backend, cargo_test_args: &[String]) -> Result<()> {
@@ -46,6 +46,12 @@ pub fn run(workspace: &Workspace, backend: Backend, cargo_test_args: &[String]) 
             "-D",
             "warnings",
         ]))
+    })?;
+    step("cargo doc", || {
+        command::run(
+            cargo(&["doc", "--workspace", "--no-deps", "--release"])
+                .env("RUSTDOCFLAGS", "-D warnings"),
+        )
     })?;
     step("cargo test", || {
         command::run(cargo(&["test", "--workspace", "--release"]).args(cargo_test_args))

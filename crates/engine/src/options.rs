@@ -30,7 +30,7 @@ pub fn default_prefill_chunk(device: Device) -> usize {
 /// as single steps, and batches of 16 beat batches of 8 in 9 of 10 pairs
 /// measured in one call each (0.96–1.16×: 270M 906–1067 against 808–922
 /// tok/s, 1B 476–580 against 478–530, 27B 57.2 and 57.6 against 56.9 and
-/// 57.3), while 32 or 64 gained nothing more (README, H200 section).
+/// 57.3), while 32 or 64 gained nothing more (docs/performance.md).
 pub fn default_steps_per_sync(device: Device) -> usize {
     match device {
         Device::Cpu => 1,
@@ -56,16 +56,17 @@ pub fn default_decode(device: Device, gpu_kernels: bool) -> DecodeMode {
 /// kernels (`Gemma3::gpu_kernels`: one fused kernel per layer) decodes
 /// 2.0–4.7× as fast as eager at 270M and 1B; without our kernels it gains
 /// little and MLX compiles its own fused kernels for seconds before the
-/// first token (README, H200 section).
+/// first token (docs/performance.md).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 pub enum DecodeMode {
     /// The eager forward pass: the graph built anew for every token.
     #[default]
     Eager,
-    /// The fixed-shape step of [`gemma::decode_step`], compiled by MLX, when
-    /// the KV cache stores floats; eager otherwise (a quantizing cache). The
-    /// caches are reserved up front for `max_tokens` more tokens (at most the
+    /// The fixed-shape step of [`gemma::decode_step`], compiled by MLX, over
+    /// caches of every format (eager only where a cache would change format
+    /// during the generation, `start=N` past the prompt). The caches are
+    /// reserved up front for `max_tokens` more tokens (at most the
     /// context); MLX's CPU attention then reads the whole reservation at
     /// every step, our GPU kernel only the positions filled.
     Compiled,

@@ -101,9 +101,9 @@ pub struct SamplingArgs {
     #[arg(long)]
     pub prefill_chunk: Option<usize>,
     /// How tokens after the prompt are decoded: `compiled` runs one
-    /// fixed-shape step compiled by MLX (float KV caches only; others decode
-    /// eagerly). Default: compiled on the GPU with our kernels, eager
-    /// otherwise.
+    /// fixed-shape step compiled by MLX (every KV cache format; eager where a
+    /// cache changes format during the generation). Default: compiled on the
+    /// GPU with our kernels, eager otherwise.
     #[arg(long, value_enum)]
     pub decode: Option<DecodeMode>,
     /// Decode steps queued on the device per host-device synchronisation
