@@ -329,7 +329,7 @@ int mlx_flatten(mlx_array* out, mlx_array a, int start_axis, int end_axis,
                 mlx_stream s);
 /** A row-contiguous copy if `a` is not already row-contiguous. */
 int mlx_contiguous(mlx_array* out, mlx_array a, mlx_stream s);
-/** a[start:stop:strides] with one entry per axis. */
+/** The slice of a from start to stop (exclusive) by strides, one entry per axis. */
 int mlx_slice(mlx_array* out, mlx_array a, const int* start, const int* stop,
               const int* strides, size_t ndim, mlx_stream s);
 /** Slice of `slice_size` along `axes`, starting at the values of the integer
@@ -338,7 +338,7 @@ int mlx_slice(mlx_array* out, mlx_array a, const int* start, const int* stop,
 int mlx_slice_dynamic(mlx_array* out, mlx_array a, mlx_array start,
                       const int* axes, size_t naxes, const int* slice_size,
                       size_t nsize, mlx_stream s);
-/** src with src[start:stop:strides] replaced by update. */
+/** src with its slice from start to stop by strides replaced by update. */
 int mlx_slice_update(mlx_array* out, mlx_array src, mlx_array update,
                      const int* start, const int* stop, const int* strides,
                      size_t ndim, mlx_stream s);

@@ -623,7 +623,7 @@ unsafe extern "C" {
     ) -> ::std::os::raw::c_int;
 }
 unsafe extern "C" {
-    #[doc = " a[start:stop:strides] with one entry per axis."]
+    #[doc = " The slice of a from start to stop (exclusive) by strides, one entry per axis."]
     pub fn mlx_slice(
         out: *mut mlx_array,
         a: mlx_array,
@@ -648,7 +648,7 @@ unsafe extern "C" {
     ) -> ::std::os::raw::c_int;
 }
 unsafe extern "C" {
-    #[doc = " src with src[start:stop:strides] replaced by update."]
+    #[doc = " src with its slice from start to stop by strides replaced by update."]
     pub fn mlx_slice_update(
         out: *mut mlx_array,
         src: mlx_array,
