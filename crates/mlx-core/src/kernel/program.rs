@@ -295,7 +295,7 @@ mod tests {
             ndim: 1,
         }];
         let err = text
-            .program("sm_90", &complex, &[Dtype::Float32], &[])
+            .program("sm_90", &complex, &[Dtype::Float32], &[], 128)
             .unwrap_err();
         assert!(err.to_string().contains("complex64"), "{err}");
     }
