@@ -305,6 +305,24 @@ int mlx_hadamard_transform(mlx_array* out, mlx_array a, float scale,
  * matrix-vector path (cblas_sgemv) instead of MLX's sgemm, which repacks w
  * on every call. */
 int mlx_linear(mlx_array* out, mlx_array x, mlx_array w, mlx_stream s);
+/** A kernel of the caller's for `mlx_cpu_kernel`: fills `out` (`out_bytes`
+ * bytes) from the `n` inputs' row-contiguous data (`in_bytes[i]` bytes each);
+ * returns 0, or non-zero with a message written to `error` (at most
+ * `error_len` bytes including the terminating NUL). */
+typedef int (*mlx_cpu_kernel_fn)(void* ctx, const void* const* inputs,
+                                 const size_t* in_bytes, size_t n, void* out,
+                                 size_t out_bytes, char* error,
+                                 size_t error_len);
+/** An array of `shape` and `dtype` that `fn` computes on the CPU from
+ * `inputs` when it is evaluated (on a CPU stream only). `ctx_free(ctx)`
+ * (nullable) runs when the last operation holding it is gone, or at once when
+ * this call fails. A kernel that fails cannot raise an error from MLX's
+ * stream thread: its message goes to stderr and a float32 output is filled
+ * with NaN (other dtypes with 0xff bytes). */
+int mlx_cpu_kernel(mlx_array* out, mlx_cpu_kernel_fn fn, void* ctx,
+                   void (*ctx_free)(void* ctx), const mlx_array* inputs,
+                   size_t n, const int* shape, size_t ndim, mlx_dtype dtype,
+                   mlx_stream s);
 /** alpha * (a @ b) + beta * c */
 int mlx_addmm(mlx_array* out, mlx_array c, mlx_array a, mlx_array b,
               float alpha, float beta, mlx_stream s);

@@ -7,6 +7,7 @@
 
 mod array;
 pub mod compile;
+pub mod cpu_kernel;
 pub mod device;
 mod dtype;
 mod error;

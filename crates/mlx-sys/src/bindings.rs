@@ -537,6 +537,34 @@ unsafe extern "C" {
         s: mlx_stream,
     ) -> ::std::os::raw::c_int;
 }
+#[doc = " A kernel of the caller's for `mlx_cpu_kernel`: fills `out` (`out_bytes`\n bytes) from the `n` inputs' row-contiguous data (`in_bytes[i]` bytes each);\n returns 0, or non-zero with a message written to `error` (at most\n `error_len` bytes including the terminating NUL)."]
+pub type mlx_cpu_kernel_fn = ::std::option::Option<
+    unsafe extern "C" fn(
+        ctx: *mut ::std::os::raw::c_void,
+        inputs: *const *const ::std::os::raw::c_void,
+        in_bytes: *const usize,
+        n: usize,
+        out: *mut ::std::os::raw::c_void,
+        out_bytes: usize,
+        error: *mut ::std::os::raw::c_char,
+        error_len: usize,
+    ) -> ::std::os::raw::c_int,
+>;
+unsafe extern "C" {
+    #[doc = " An array of `shape` and `dtype` that `fn` computes on the CPU from\n `inputs` when it is evaluated (on a CPU stream only). `ctx_free(ctx)`\n (nullable) runs when the last operation holding it is gone, or at once when\n this call fails. A kernel that fails cannot raise an error from MLX's\n stream thread: its message goes to stderr and a float32 output is filled\n with NaN (other dtypes with 0xff bytes)."]
+    pub fn mlx_cpu_kernel(
+        out: *mut mlx_array,
+        fn_: mlx_cpu_kernel_fn,
+        ctx: *mut ::std::os::raw::c_void,
+        ctx_free: ::std::option::Option<unsafe extern "C" fn(ctx: *mut ::std::os::raw::c_void)>,
+        inputs: *const mlx_array,
+        n: usize,
+        shape: *const ::std::os::raw::c_int,
+        ndim: usize,
+        dtype: mlx_dtype,
+        s: mlx_stream,
+    ) -> ::std::os::raw::c_int;
+}
 unsafe extern "C" {
     #[doc = " alpha * (a @ b) + beta * c"]
     pub fn mlx_addmm(

@@ -1,0 +1,150 @@
+//! Operations whose CPU evaluation is a Rust kernel: MLX evaluates them
+//! lazily like its own, handing the kernel the inputs' bytes and the
+//! output's buffer on its CPU stream's thread.
+
+use std::os::raw::{c_char, c_void};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr;
+use std::sync::Arc;
+
+use mlx_sys as sys;
+
+use crate::array::new_array;
+use crate::{Array, Dtype, Result};
+
+/// A CPU kernel: fills the output's bytes from the inputs' bytes (each
+/// row-contiguous, in the order given), or says why it could not.
+pub type CpuKernelFn = dyn Fn(&[&[u8]], &mut [u8]) -> std::result::Result<(), String> + Send + Sync;
+
+type Shared = Arc<CpuKernelFn>;
+
+unsafe extern "C" fn trampoline(
+    ctx: *mut c_void,
+    inputs: *const *const c_void,
+    in_bytes: *const usize,
+    n: usize,
+    out: *mut c_void,
+    out_bytes: usize,
+    error: *mut c_char,
+    error_len: usize,
+) -> i32 {
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: `ctx` is the Shared given to mlx_cpu_kernel, alive until
+        // `free_ctx` runs; MLX passes `n` input pointers and lengths of live
+        // buffers and an output buffer of `out_bytes` bytes for this call.
+        let kernel = unsafe { &*(ctx as *const Shared) };
+        let (pointers, lengths) = if n == 0 {
+            (&[][..], &[][..])
+        } else {
+            unsafe {
+                (
+                    std::slice::from_raw_parts(inputs, n),
+                    std::slice::from_raw_parts(in_bytes, n),
+                )
+            }
+        };
+        let views: Vec<&[u8]> = pointers
+            .iter()
+            .zip(lengths)
+            .map(|(&p, &len)| {
+                if len == 0 {
+                    &[][..]
+                } else {
+                    // SAFETY: see above.
+                    unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) }
+                }
+            })
+            .collect();
+        let output = if out_bytes == 0 {
+            &mut [][..]
+        } else {
+            // SAFETY: see above.
+            unsafe { std::slice::from_raw_parts_mut(out.cast::<u8>(), out_bytes) }
+        };
+        kernel(&views, output)
+    }));
+    let message = match result {
+        Ok(Ok(())) => return 0,
+        Ok(Err(e)) => e,
+        Err(_) => "a Rust CPU kernel panicked".to_string(),
+    };
+    if !error.is_null() && error_len > 0 {
+        let bytes = message.as_bytes();
+        let len = bytes.len().min(error_len - 1);
+        // SAFETY: `error` has room for `error_len` bytes.
+        unsafe {
+            ptr::copy_nonoverlapping(bytes.as_ptr(), error.cast::<u8>(), len);
+            *error.add(len) = 0;
+        }
+    }
+    1
+}
+
+unsafe extern "C" fn free_ctx(ctx: *mut c_void) {
+    // SAFETY: `ctx` came from Box::into_raw in `cpu_kernel`; freed once.
+    drop(unsafe { Box::from_raw(ctx as *mut Shared) });
+}
+
+/// An array of `shape` and `dtype` that `kernel` computes on the CPU from
+/// `inputs` when evaluated (the default stream must be the CPU's). A kernel
+/// that fails cannot raise an error from MLX's stream thread: its message
+/// goes to stderr and a float32 output is filled with NaN, so validate what
+/// can fail before making the operation.
+pub fn cpu_kernel(
+    inputs: &[&Array],
+    shape: &[i32],
+    dtype: Dtype,
+    kernel: Arc<CpuKernelFn>,
+) -> Result<Array> {
+    let ctx = Box::into_raw(Box::new(kernel)).cast::<c_void>();
+    let handles: Vec<sys::mlx_array> = inputs.iter().map(|a| a.raw()).collect();
+    // SAFETY: `ctx` is handed to MLX, which frees it with `free_ctx` once
+    // (also when this call fails); live input handles and a valid shape.
+    new_array(|out| unsafe {
+        sys::mlx_cpu_kernel(
+            out,
+            Some(trampoline),
+            ctx,
+            Some(free_ctx),
+            handles.as_ptr(),
+            handles.len(),
+            shape.as_ptr(),
+            shape.len(),
+            dtype.to_sys(),
+            ptr::null_mut(),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rust_kernel_computes_an_array_lazily() {
+        let x = Array::from_slice(&[1.0f32, 2.0, 3.0], &[3]).unwrap();
+        let y = Array::from_slice(&[10.0f32, 20.0, 30.0], &[3]).unwrap();
+        let add: Arc<CpuKernelFn> = Arc::new(|inputs, out| {
+            let floats = |b: &[u8]| -> Vec<f32> {
+                b.chunks_exact(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect()
+            };
+            let (a, b) = (floats(inputs[0]), floats(inputs[1]));
+            for (i, o) in out.chunks_exact_mut(4).enumerate() {
+                o.copy_from_slice(&(a[i] + b[i] * 2.0).to_le_bytes());
+            }
+            Ok(())
+        });
+        let z = cpu_kernel(&[&x, &y.multiply(&y).unwrap()], &[3], Dtype::Float32, add).unwrap();
+        assert_eq!(z.to_vec::<f32>().unwrap(), vec![201.0, 802.0, 1803.0]);
+    }
+
+    #[test]
+    fn a_failing_kernel_poisons_its_output_with_nan() {
+        let x = Array::from_slice(&[1.0f32, 2.0], &[2]).unwrap();
+        let fail: Arc<CpuKernelFn> = Arc::new(|_, _| Err("no".into()));
+        let z = cpu_kernel(&[&x], &[2], Dtype::Float32, fail).unwrap();
+        assert!(z.to_vec::<f32>().unwrap().iter().all(|v| v.is_nan()));
+    }
+}
