@@ -129,7 +129,7 @@ impl<'a> DecodeStep<'a> {
 mod tests {
     use super::*;
     use gemma::config::Gemma3Config;
-    use gemma::load::{load, LoadOptions, ModelSource};
+    use gemma::load::{load, LoadOptions, ModelSource, WeightStorage};
     use mlx_core::Dtype;
 
     /// Six layers (five sliding with a window of 16, one global) of a small width.
@@ -148,6 +148,7 @@ mod tests {
         let options = LoadOptions {
             dtype: Dtype::Float32,
             quantize: None,
+            weights: WeightStorage::Dequantized,
         };
         load(&source, options, &mut |_, _| {}).unwrap().model
     }

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use gemma::load::{load, LoadOptions, ModelSource};
+use gemma::load::{load, LoadOptions, ModelSource, WeightStorage};
 use gemma::model::Gemma3;
 use mlx_core::{random, Array, Dtype};
 
@@ -72,6 +72,7 @@ pub fn load_model(settings: &Settings) -> Result<BenchModel, BenchError> {
     let options = LoadOptions {
         dtype: settings.dtype,
         quantize: None,
+        weights: WeightStorage::Dequantized,
     };
     let loaded = load(&source, options, &mut |_, _| {})?;
     mlx_core::eval(&loaded.model.arrays())?;

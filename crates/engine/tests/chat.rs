@@ -6,7 +6,7 @@ mod common;
 use engine::options::DecodeMode;
 use engine::{ChatSession, Engine, FinishReason, GenerateOptions};
 use gemma::chat_template::{ChatMessage, Role};
-use gemma::load::{load, LoadOptions, ModelSource};
+use gemma::load::{load, LoadOptions, ModelSource, WeightStorage};
 use mlx_core::Dtype;
 
 fn default_engine() -> Engine {
@@ -16,6 +16,7 @@ fn default_engine() -> Engine {
         LoadOptions {
             dtype: Dtype::Float32,
             quantize: None,
+            weights: WeightStorage::Dequantized,
         },
         &mut |_, _| {},
     )

@@ -13,7 +13,7 @@ use engine::{
 use gemma::cache::{CacheFormat, LayerCache};
 use gemma::config::Gemma3Config;
 use gemma::linear::Linear;
-use gemma::load::{load, LoadOptions, ModelSource};
+use gemma::load::{load, LoadOptions, ModelSource, WeightStorage};
 use mlx_core::{device, memory, Array, Dtype};
 use sample::SamplerConfig;
 
@@ -59,6 +59,7 @@ fn engine(config: Gemma3Config) -> Engine {
         LoadOptions {
             dtype: Dtype::Float32,
             quantize: None,
+            weights: WeightStorage::Dequantized,
         },
         &mut |_, _| {},
     )

@@ -10,7 +10,7 @@ use safetensors::tensor::TensorView;
 
 use crate::chat_template::GEMMA3_CHAT_TEMPLATE;
 use crate::config::Gemma3Config;
-use crate::load::{read_checkpoint, ModelSource};
+use crate::load::{read_checkpoint, ModelSource, WeightStorage};
 use crate::tokenizer::Tokenizer;
 use crate::weights::{Tensor, TensorMap};
 
@@ -127,8 +127,8 @@ pub fn convert(
     out: &Path,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<(), ConvertError> {
-    let checkpoint =
-        read_checkpoint(source, dtype, progress).map_err(|e| ConvertError::Other(e.to_string()))?;
+    let checkpoint = read_checkpoint(source, dtype, WeightStorage::Dequantized, progress)
+        .map_err(|e| ConvertError::Other(e.to_string()))?;
     write_hf_folder(
         &checkpoint.tensors,
         &checkpoint.config,
@@ -164,6 +164,11 @@ pub fn write_hf_folder(
                 )?
             }
             Tensor::Dense(a) => push(name.clone(), a)?,
+            Tensor::Gguf(g) => push(
+                name.clone(),
+                &g.dequantized()
+                    .map_err(|e| ConvertError::Other(e.to_string()))?,
+            )?,
             Tensor::Quantized(q) => {
                 let stem = name.trim_end_matches(".weight");
                 push(name.clone(), &q.packed)?;

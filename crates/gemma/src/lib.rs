@@ -5,6 +5,7 @@ pub mod chat_template;
 pub mod config;
 pub mod convert;
 pub mod decode_step;
+pub mod gguf_linear;
 pub mod kernels;
 mod kv_target;
 pub mod linear;

@@ -1,7 +1,9 @@
-//! Projection matrices, dense or MLX-quantized, and the embedding table.
+//! Projection matrices — dense, MLX-quantized or GGUF blocks as stored —
+//! and the embedding table.
 
-use mlx_core::{Array, QuantizedArray};
+use mlx_core::{concatenate, Array, QuantizedArray};
 
+use crate::gguf_linear::GgufMatrix;
 use crate::kernels::linear_row;
 
 /// A weight matrix `[out, in]` applied as `x @ Wᵀ`.
@@ -11,6 +13,11 @@ pub enum Linear {
     Dense(Array),
     /// MLX affine-quantized weights, multiplied without dequantizing.
     Quantized(QuantizedArray),
+    /// GGUF blocks as stored (the CPU), multiplied by our kernel.
+    Gguf(GgufMatrix),
+    /// Projections stacked along the output rows that cannot share one
+    /// matrix (GGUF blocks of different types), applied one after another.
+    Parts(Vec<Linear>),
 }
 
 impl Linear {
@@ -25,6 +32,14 @@ impl Linear {
         match self {
             Linear::Dense(w) => linear_row(x, w, gpu_kernels),
             Linear::Quantized(q) => q.matmul(x, true),
+            Linear::Gguf(g) => g.times(x),
+            Linear::Parts(parts) => {
+                let outs = parts
+                    .iter()
+                    .map(|p| p.forward_with(x, gpu_kernels))
+                    .collect::<mlx_core::Result<Vec<_>>>()?;
+                concatenate(&outs.iter().collect::<Vec<_>>(), -1)
+            }
         }
     }
 
@@ -64,6 +79,16 @@ impl Linear {
         Ok(out)
     }
 
+    /// Output rows of the projection.
+    pub fn out_rows(&self) -> mlx_core::Result<i32> {
+        match self {
+            Linear::Dense(w) => w.dim(0),
+            Linear::Quantized(q) => q.packed.dim(0),
+            Linear::Gguf(g) => g.rows(),
+            Linear::Parts(parts) => parts.iter().map(Linear::out_rows).sum(),
+        }
+    }
+
     /// The projection made of output rows `start..end`.
     fn output_rows(&self, start: i32, end: i32) -> mlx_core::Result<Linear> {
         let rows = |a: &Array| {
@@ -79,6 +104,22 @@ impl Linear {
                 group_size: q.group_size,
                 bits: q.bits,
             }),
+            Linear::Gguf(g) => Linear::Gguf(g.row_range(start, end)?),
+            Linear::Parts(parts) => {
+                // The range lies within one part (the callers ask for whole
+                // projections).
+                let mut first = 0;
+                for part in parts {
+                    let n = part.out_rows()?;
+                    if start >= first && end <= first + n {
+                        return part.output_rows(start - first, end - first);
+                    }
+                    first += n;
+                }
+                return Err(mlx_core::Error::Host(format!(
+                    "rows {start}..{end} span several stacked projections"
+                )));
+            }
         })
     }
 
@@ -94,6 +135,10 @@ impl Linear {
                 bits: q.bits,
             }
             .dequantize(),
+            Linear::Gguf(g) => g.take_rows(indices),
+            Linear::Parts(_) => Err(mlx_core::Error::Host(
+                "stacked projections are not an embedding table".into(),
+            )),
         }
     }
 
@@ -102,6 +147,8 @@ impl Linear {
         match self {
             Linear::Dense(w) => w.nbytes(),
             Linear::Quantized(q) => q.nbytes(),
+            Linear::Gguf(g) => g.bytes.nbytes(),
+            Linear::Parts(parts) => parts.iter().map(Linear::nbytes).sum(),
         }
     }
 
@@ -110,6 +157,8 @@ impl Linear {
         match self {
             Linear::Dense(w) => vec![w],
             Linear::Quantized(q) => vec![&q.packed, &q.scales, &q.biases],
+            Linear::Gguf(g) => vec![&g.bytes],
+            Linear::Parts(parts) => parts.iter().flat_map(Linear::arrays).collect(),
         }
     }
 }

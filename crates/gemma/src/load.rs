@@ -49,6 +49,19 @@ pub struct LoadOptions {
     pub dtype: Dtype,
     /// Quantize dense weights after loading: `(bits, group_size)`, MLX affine.
     pub quantize: Option<(i32, i32)>,
+    /// How a GGUF file's block-quantized weights are held.
+    pub weights: WeightStorage,
+}
+
+/// How a GGUF file's block-quantized projection weights are held.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum WeightStorage {
+    /// Dequantized to the compute dtype at load.
+    #[default]
+    Dequantized,
+    /// As stored, multiplied by our CPU kernels over the blocks
+    /// ([`crate::gguf_linear::GgufMatrix`]); needs the CPU and float32.
+    Native,
 }
 
 /// A failure to load a model; the message names the file and the problem.
@@ -112,11 +125,13 @@ pub struct Checkpoint {
     pub name: String,
 }
 
-/// Reads a checkpoint's configuration, tokenizer and tensors (in `dtype`).
+/// Reads a checkpoint's configuration, tokenizer and tensors (in `dtype`,
+/// a GGUF file's block-quantized weights held as `weights` says).
 /// `progress(done, total)` reports tensors read.
 pub fn read_checkpoint(
     source: &ModelSource,
     dtype: Dtype,
+    weights: WeightStorage,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<Checkpoint, LoadError> {
     Ok(match source {
@@ -127,7 +142,8 @@ pub fn read_checkpoint(
             let tokenizer = Tokenizer::from_gguf(&file)?;
             check_vocab(path, &config, &tokenizer)?;
             let chat_template = ChatTemplate::from_gguf(&file)?;
-            let tensors = load_gguf_tensors(&file, dtype, progress)?;
+            let native = weights == WeightStorage::Native;
+            let tensors = load_gguf_tensors(&file, dtype, native, progress)?;
             Checkpoint {
                 config,
                 tensors,
@@ -193,7 +209,7 @@ pub fn load(
         tokenizer,
         chat_template,
         name,
-    } = read_checkpoint(source, options.dtype, progress)?;
+    } = read_checkpoint(source, options.dtype, options.weights, progress)?;
     let checkpoint_quantization = config
         .quantization
         .as_ref()

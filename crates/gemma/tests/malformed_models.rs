@@ -21,7 +21,7 @@ use std::sync::OnceLock;
 
 use gemma::config::{Gemma3Config, QuantizationConfig};
 use gemma::convert::write_hf_folder;
-use gemma::load::{load, LoadOptions, ModelSource};
+use gemma::load::{load, LoadOptions, ModelSource, WeightStorage};
 use gemma::weights::{random_tensors, Tensor, TensorMap};
 use mlx_core::{quantize, Dtype};
 use safetensors::tensor::TensorView;
@@ -37,6 +37,7 @@ fn expect_failure(case: &str, source: &ModelSource, file: &Path, needles: &[&str
     let options = LoadOptions {
         dtype: Dtype::Float32,
         quantize: None,
+        weights: WeightStorage::Dequantized,
     };
     let message = match load(source, options, &mut |_, _| {}) {
         Ok(loaded) => panic!("case {case}: loading succeeded ({})", loaded.name),
@@ -774,6 +775,7 @@ fn hf_unmodified_folders_load() {
         let options = LoadOptions {
             dtype: Dtype::Float32,
             quantize: None,
+            weights: WeightStorage::Dequantized,
         };
         let loaded = load(&folder(&path), options, &mut |_, _| {})
             .unwrap_or_else(|e| panic!("quantized {quantized}: {e}"));

@@ -6,7 +6,7 @@
 
 use gemma::cache::CacheFormat;
 use gemma::config::{Gemma3Config, PUBLISHED_SIZES};
-use gemma::load::{load, quantize_weights, LoadOptions, ModelSource};
+use gemma::load::{load, quantize_weights, LoadOptions, ModelSource, WeightStorage};
 use mlx_core::{Array, Dtype};
 
 fn logits_of(config: Gemma3Config, quantize: Option<(i32, i32)>, tokens: &[i32]) -> Vec<f32> {
@@ -18,6 +18,7 @@ fn logits_of(config: Gemma3Config, quantize: Option<(i32, i32)>, tokens: &[i32])
         LoadOptions {
             dtype: Dtype::Float32,
             quantize,
+            weights: WeightStorage::Dequantized,
         },
         &mut |_, _| {},
     )
@@ -96,6 +97,7 @@ fn quantizing_weights_replaces_every_projection() {
         LoadOptions {
             dtype: Dtype::Float32,
             quantize: None,
+            weights: WeightStorage::Dequantized,
         },
         &mut |_, _| {},
     )
@@ -127,6 +129,7 @@ fn every_weight_is_made_when_the_model_loads() {
             LoadOptions {
                 dtype: Dtype::Float32,
                 quantize,
+                weights: WeightStorage::Dequantized,
             },
             &mut |_, _| {},
         )

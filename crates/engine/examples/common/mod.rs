@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use engine::Engine;
-use gemma::load::{load, LoadOptions, ModelSource};
+use gemma::load::{load, LoadOptions, ModelSource, WeightStorage};
 use mlx_core::{device, Device, Dtype};
 
 /// The model `cargo xtask setup` provisions: `GEMMA_MLX_MODEL` when set,
@@ -42,6 +42,7 @@ pub fn load_default_engine() -> Result<Engine> {
     let options = LoadOptions {
         dtype,
         quantize: None,
+        weights: WeightStorage::Dequantized,
     };
     let mut loaded = load(&ModelSource::Gguf(path.clone()), options, &mut |_, _| {})
         .with_context(|| format!("loading {}", path.display()))?;

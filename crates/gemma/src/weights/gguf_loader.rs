@@ -1,19 +1,25 @@
 //! Loading a GGUF file's tensors: dequantized (in parallel) to f32 on the
-//! host, then handed to MLX in the compute dtype.
+//! host, then handed to MLX in the compute dtype; or, with `native`, the
+//! block-quantized matrices as stored, for our CPU kernels.
 
 use std::path::Path;
 
-use mlx_core::{Array, Dtype};
+use mlx_core::device::default_device;
+use mlx_core::{Array, Device, Dtype};
 
-use super::gguf::GgufFile;
+use super::gguf::{can_multiply, GgufFile};
 use super::gguf_names::hf_name;
 use super::tensors::{Tensor, TensorMap, WeightsError};
+use crate::gguf_linear::GgufMatrix;
 
 /// Reads every tensor of `file` into a [`TensorMap`] with Hugging Face names,
-/// converted to `dtype`. `progress(done, total)` is called after each tensor.
+/// converted to `dtype`; with `native`, matrices of block-quantized types
+/// stay as stored (on the CPU, in float32 only). `progress(done, total)` is
+/// called after each tensor.
 pub fn load_gguf_tensors(
     file: &GgufFile,
     dtype: Dtype,
+    native: bool,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<TensorMap, WeightsError> {
     let path: &Path = file.path();
@@ -21,6 +27,12 @@ pub fn load_gguf_tensors(
         file: path.to_path_buf(),
         message,
     };
+    if native && (dtype != Dtype::Float32 || default_device()? != Device::Cpu) {
+        return Err(invalid(format!(
+            "GGUF weights as stored are multiplied on the CPU in float32 only (asked: {dtype:?} on the {:?}); load them dequantized there",
+            default_device()?
+        )));
+    }
     // llama.cpp's converter stores Gemma's norm weights with the 1 added.
     let mut map = TensorMap::new(path, true);
     let total = file.tensors().len();
@@ -33,6 +45,20 @@ pub fn load_gguf_tensors(
             .map(|&d| i32::try_from(d))
             .collect::<Result<Vec<i32>, _>>()
             .map_err(|_| invalid(format!("tensor '{}' has a dimension too large", info.name)))?;
+        if native && shape.len() == 2 && can_multiply(info.dtype) {
+            let bytes = file.tensor_bytes(info);
+            let row_bytes = i32::try_from(bytes.len() / shape[0].max(1) as usize)
+                .map_err(|_| invalid(format!("tensor '{}' has rows too large", info.name)))?;
+            let matrix = GgufMatrix {
+                bytes: Array::from_slice(bytes, &[shape[0], row_bytes])?,
+                dtype: info.dtype,
+                cols: shape[1],
+            };
+            matrix.bytes.eval()?;
+            map.tensors.insert(name, Tensor::Gguf(matrix));
+            progress(done + 1, total);
+            continue;
+        }
         let values = file
             .dequantize_f32(&info.name)
             .map_err(|e| invalid(e.problem.to_string()))?;

@@ -63,7 +63,7 @@ pub fn random_tensors(
         .values()
         .filter_map(|t| match t {
             Tensor::Dense(a) => Some(a),
-            Tensor::Quantized(_) => None,
+            Tensor::Quantized(_) | Tensor::Gguf(_) => None,
         })
         .collect();
     mlx_core::eval(&arrays)?;

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use mlx_core::{concatenate, Array, Dtype, QuantizedArray};
 
 use crate::config::Gemma3Config;
+use crate::gguf_linear::GgufMatrix;
 use crate::linear::Linear;
 use crate::model::{Gemma3, Layer};
 
@@ -17,6 +18,8 @@ pub enum Tensor {
     Dense(Array),
     /// MLX affine-quantized values.
     Quantized(QuantizedArray),
+    /// GGUF blocks as stored.
+    Gguf(GgufMatrix),
 }
 
 /// A failure to turn a checkpoint's tensors into a model.
@@ -108,6 +111,7 @@ impl TensorMap {
         let w = match self.take(name)? {
             Tensor::Dense(w) => w,
             Tensor::Quantized(q) => q.dequantize()?,
+            Tensor::Gguf(g) => g.dequantized()?,
         };
         self.check_shape(name, w.shape(), &[dim as i32])?;
         let w = w.astype(dtype)?;
@@ -146,6 +150,10 @@ impl TensorMap {
                     ..q
                 }))
             }
+            Tensor::Gguf(g) => {
+                self.check_shape(name, vec![g.rows()?, g.cols], &[out as i32, inp as i32])?;
+                Ok(Linear::Gguf(g))
+            }
         }
     }
 
@@ -169,6 +177,32 @@ impl TensorMap {
             .collect();
         if dense.len() == linears.len() {
             return Ok(Linear::Dense(concatenate(&dense, 0)?));
+        }
+        let blocks: Vec<&GgufMatrix> = linears
+            .iter()
+            .filter_map(|l| match l {
+                Linear::Gguf(g) => Some(g),
+                _ => None,
+            })
+            .collect();
+        if !blocks.is_empty() {
+            // One matrix where the blocks share a type, the parts one after
+            // another otherwise (llama.cpp's mixes give some layers' values
+            // another type than their queries and keys).
+            return Ok(match blocks.first() {
+                Some(f)
+                    if blocks.len() == linears.len()
+                        && blocks.iter().all(|g| g.dtype == f.dtype) =>
+                {
+                    let bytes: Vec<&Array> = blocks.iter().map(|g| &g.bytes).collect();
+                    Linear::Gguf(GgufMatrix {
+                        bytes: concatenate(&bytes, 0)?,
+                        dtype: f.dtype,
+                        cols: f.cols,
+                    })
+                }
+                _ => Linear::Parts(linears),
+            });
         }
         let quantized: Vec<&QuantizedArray> = linears
             .iter()

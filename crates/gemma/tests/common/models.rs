@@ -7,7 +7,7 @@ use std::time::{Instant, UNIX_EPOCH};
 
 use gemma::config::Gemma3Config;
 use gemma::convert::write_hf_folder;
-use gemma::load::{load, LoadOptions, ModelSource};
+use gemma::load::{load, LoadOptions, ModelSource, WeightStorage};
 use gemma::model::Gemma3;
 use gemma::tokenizer::Tokenizer;
 use gemma::weights::gguf::GgufFile;
@@ -45,6 +45,7 @@ pub fn random_model(config: Gemma3Config, dtype: Dtype, seed: u64) -> Gemma3 {
     let options = LoadOptions {
         dtype,
         quantize: None,
+        weights: WeightStorage::Dequantized,
     };
     load(&source, options, &mut |_, _| {})
         .expect("random model")
@@ -136,8 +137,8 @@ pub fn load_default(convert: bool) -> DefaultModel {
     let file = GgufFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
     let config = Gemma3Config::from_gguf(&file).unwrap_or_else(|e| panic!("{e}"));
     let tokenizer = Tokenizer::from_gguf(&file).unwrap_or_else(|e| panic!("{e}"));
-    let tensors =
-        load_gguf_tensors(&file, Dtype::Float32, &mut |_, _| {}).unwrap_or_else(|e| panic!("{e}"));
+    let tensors = load_gguf_tensors(&file, Dtype::Float32, false, &mut |_, _| {})
+        .unwrap_or_else(|e| panic!("{e}"));
     let hf_dir = convert.then(|| {
         let (dir, stamp) = converted_dir(&path);
         if std::fs::read_to_string(dir.join(STAMP)).ok().as_deref() != Some(stamp.as_str()) {

@@ -6,7 +6,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use engine::Engine;
 use gemma::config::Gemma3Config;
-use gemma::load::{load, LoadOptions, ModelSource};
+use gemma::load::{load, LoadOptions, ModelSource, WeightStorage};
 use indicatif::{ProgressBar, ProgressStyle};
 use mlx_core::{device, memory, Device, Dtype};
 
@@ -32,6 +32,11 @@ pub struct ModelArgs {
     /// Quantize the weights after loading (MLX affine, group 64).
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(["4", "8"]))]
     pub quantize_weights: Option<String>,
+    /// How a GGUF file's block-quantized weights are held: `native` as
+    /// stored, multiplied by our CPU kernels (the CPU in float32 only), or
+    /// `dequantized` to the compute dtype at load (the default).
+    #[arg(long, value_enum, default_value_t = WeightsArg::Dequantized)]
+    pub weights: WeightsArg,
     /// MLX memory limit, in GiB.
     #[arg(long)]
     pub max_memory: Option<f64>,
@@ -65,6 +70,15 @@ pub enum DtypeArg {
     Bfloat16,
     /// float16.
     Float16,
+}
+
+/// How GGUF block-quantized weights are held, on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum WeightsArg {
+    /// As stored, multiplied by our CPU kernels.
+    Native,
+    /// Dequantized to the compute dtype at load.
+    Dequantized,
 }
 
 /// The model `cargo xtask setup` provisions.
@@ -149,7 +163,14 @@ impl ModelArgs {
         let bar = progress_bar(&source, quiet);
         let mut loaded = load(
             &source,
-            LoadOptions { dtype, quantize },
+            LoadOptions {
+                dtype,
+                quantize,
+                weights: match self.weights {
+                    WeightsArg::Native => WeightStorage::Native,
+                    WeightsArg::Dequantized => WeightStorage::Dequantized,
+                },
+            },
             &mut |done, total| {
                 bar.set_length(total as u64);
                 bar.set_position(done as u64);

@@ -89,13 +89,15 @@ fn run<const N: usize, const B: usize>(
 }
 
 /// The little-endian f16 at byte `at` of a block, widened to f32.
+#[inline(always)]
 fn f16_at<const N: usize>(block: &[u8; N], at: usize) -> f32 {
     f16::from_bits(u16::from_le_bytes([block[at], block[at + 1]])).to_f32()
 }
 
 /// Q4_0: f16 scale `d`, then 16 bytes of nibbles; value = d * (q - 8).
 /// Low nibbles are elements 0..16, high nibbles 16..32.
-fn q4_0(b: &[u8; 18], out: &mut [f32; 32]) {
+#[inline(always)]
+pub(super) fn q4_0(b: &[u8; 18], out: &mut [f32; 32]) {
     let d = f16_at(b, 0);
     for j in 0..16 {
         let q = b[2 + j];
@@ -105,7 +107,8 @@ fn q4_0(b: &[u8; 18], out: &mut [f32; 32]) {
 }
 
 /// Q4_1: f16 scale `d` and minimum `m`, then nibbles as in Q4_0; value = d * q + m.
-fn q4_1(b: &[u8; 20], out: &mut [f32; 32]) {
+#[inline(always)]
+pub(super) fn q4_1(b: &[u8; 20], out: &mut [f32; 32]) {
     let d = f16_at(b, 0);
     let m = f16_at(b, 2);
     for j in 0..16 {
@@ -117,6 +120,7 @@ fn q4_1(b: &[u8; 20], out: &mut [f32; 32]) {
 
 /// Q5_0: f16 scale, 32 high bits (u32, bit j for element j), 16 bytes of low nibbles;
 /// value = d * (q - 16).
+#[inline(always)]
 fn q5_0(b: &[u8; 22], out: &mut [f32; 32]) {
     let d = f16_at(b, 0);
     let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
@@ -130,7 +134,8 @@ fn q5_0(b: &[u8; 22], out: &mut [f32; 32]) {
 }
 
 /// Q5_1: f16 scale and minimum, high bits and low nibbles as in Q5_0; value = d * q + m.
-fn q5_1(b: &[u8; 24], out: &mut [f32; 32]) {
+#[inline(always)]
+pub(super) fn q5_1(b: &[u8; 24], out: &mut [f32; 32]) {
     let d = f16_at(b, 0);
     let m = f16_at(b, 2);
     let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
@@ -144,6 +149,7 @@ fn q5_1(b: &[u8; 24], out: &mut [f32; 32]) {
 }
 
 /// Q8_0: f16 scale, 32 signed bytes; value = q * d.
+#[inline(always)]
 fn q8_0(b: &[u8; 34], out: &mut [f32; 32]) {
     let d = f16_at(b, 0);
     for (o, &q) in out.iter_mut().zip(&b[2..]) {
@@ -155,7 +161,8 @@ fn q8_0(b: &[u8; 34], out: &mut [f32; 32]) {
 /// elements), 64 bytes of 2-bit values, f16 `d`, f16 `dmin`.
 /// Element `128 h + 32 s + l` is bits `2s..2s+2` of byte `32 h + l`;
 /// value = (d * scale) * q - (dmin * min).
-fn q2_k(b: &[u8; 84], out: &mut [f32; 256]) {
+#[inline(always)]
+pub(super) fn q2_k(b: &[u8; 84], out: &mut [f32; 256]) {
     let d = f16_at(b, 80);
     let dmin = f16_at(b, 82);
     for (i, o) in out.iter_mut().enumerate() {
@@ -173,7 +180,8 @@ fn q2_k(b: &[u8; 84], out: &mut [f32; 256]) {
 /// Element `128 h + 32 s + l` takes bits `2s..2s+2` of byte `32 h + l` and
 /// high bit `4h + s` of mask byte `l`; a clear high bit subtracts 4.
 /// value = (d * scale) * q.
-fn q3_k(b: &[u8; 110], out: &mut [f32; 256]) {
+#[inline(always)]
+pub(super) fn q3_k(b: &[u8; 110], out: &mut [f32; 256]) {
     let d = f16_at(b, 108);
     let scales: &[u8] = &b[96..108];
     let mut dl = [0f32; 16];
@@ -192,6 +200,7 @@ fn q3_k(b: &[u8; 110], out: &mut [f32; 256]) {
 }
 
 /// The eight 6-bit (scale, min) pairs of a Q4_K/Q5_K super-block, from its 12 scale bytes.
+#[inline(always)]
 fn k_scales_mins(s: &[u8]) -> [(f32, f32); 8] {
     let mut pairs = [(0f32, 0f32); 8];
     for (j, pair) in pairs.iter_mut().enumerate() {
@@ -211,7 +220,8 @@ fn k_scales_mins(s: &[u8]) -> [(f32, f32); 8] {
 /// Q4_K: f16 `d`, f16 `dmin`, 12 scale bytes, 128 bytes of nibbles. Sub-block
 /// `2c + k` (32 elements) takes nibble `k` of bytes `32c..32c+32`;
 /// value = (d * scale) * q - (dmin * min).
-fn q4_k(b: &[u8; 144], out: &mut [f32; 256]) {
+#[inline(always)]
+pub(super) fn q4_k(b: &[u8; 144], out: &mut [f32; 256]) {
     let d = f16_at(b, 0);
     let dmin = f16_at(b, 2);
     let pairs = k_scales_mins(&b[4..16]);
@@ -226,7 +236,8 @@ fn q4_k(b: &[u8; 144], out: &mut [f32; 256]) {
 
 /// Q5_K: as Q4_K with 32 bytes of high bits before the nibbles: sub-block `sb`
 /// takes bit `sb` of high-bit byte `l` for its element `l`.
-fn q5_k(b: &[u8; 176], out: &mut [f32; 256]) {
+#[inline(always)]
+pub(super) fn q5_k(b: &[u8; 176], out: &mut [f32; 256]) {
     let d = f16_at(b, 0);
     let dmin = f16_at(b, 2);
     let pairs = k_scales_mins(&b[4..16]);
@@ -246,14 +257,24 @@ fn q5_k(b: &[u8; 176], out: &mut [f32; 256]) {
 /// (one per 16 elements), f16 `d`. Element `128 h + 32 s + l` (s in 0..4) takes
 /// nibble `s / 2` of low byte `64 h + 32 (s % 2) + l` and bits `2s..2s+2` of
 /// high byte `32 h + l`; value = (d * scale) * (q - 32).
-fn q6_k(b: &[u8; 210], out: &mut [f32; 256]) {
+#[inline(always)]
+pub(super) fn q6_k(b: &[u8; 210], out: &mut [f32; 256]) {
     let d = f16_at(b, 208);
-    for (i, o) in out.iter_mut().enumerate() {
-        let (h, s, l) = (i / 128, (i / 32) % 4, i % 32);
-        let ql = (b[64 * h + 32 * (s % 2) + l] >> (4 * (s / 2))) & 0x0F;
-        let qh = (b[128 + 32 * h + l] >> (2 * s)) & 0x03;
-        let q = (ql | qh << 4) as i8 - 32;
-        let scale = d * f32::from(b[192 + i / 16] as i8);
-        *o = scale * f32::from(q);
+    // Sixteen elements at a time share a scale: (h, s, half) name them.
+    for h in 0..2 {
+        for s in 0..4 {
+            for half in 0..2 {
+                let first = 128 * h + 32 * s + 16 * half;
+                let scale = d * f32::from(b[192 + first / 16] as i8);
+                let low = &b[64 * h + 32 * (s % 2) + 16 * half..][..16];
+                let high = &b[128 + 32 * h + 16 * half..][..16];
+                for ((o, &ql), &qh) in out[first..first + 16].iter_mut().zip(low).zip(high) {
+                    let ql = (ql >> (4 * (s / 2))) & 0x0F;
+                    let qh = (qh >> (2 * s)) & 0x03;
+                    let q = (ql | qh << 4) as i8 - 32;
+                    *o = scale * f32::from(q);
+                }
+            }
+        }
     }
 }

@@ -15,6 +15,7 @@
 //! does the reversal.
 
 mod dequant;
+mod dot;
 mod dtype;
 mod error;
 mod reader;
@@ -27,6 +28,7 @@ use std::path::{Path, PathBuf};
 use memmap2::Mmap;
 
 pub use dequant::{dequantize, DequantError};
+pub use dot::{can_multiply, rows_times};
 pub use dtype::GgufDtype;
 pub use error::{GgufError, GgufProblem};
 pub use reader::DEFAULT_ALIGNMENT;

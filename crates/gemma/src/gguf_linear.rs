@@ -1,0 +1,119 @@
+//! GGUF block-quantized weight matrices used as stored, on the CPU: one row
+//! of activations (decoding) is multiplied by our kernel over the blocks
+//! ([`crate::weights::gguf::rows_times`]), several rows (prefill) by MLX's
+//! matmul over the matrix dequantized for that product; embedding rows are
+//! dequantized as gathered.
+
+use std::sync::Arc;
+
+use mlx_core::cpu_kernel::{cpu_kernel, CpuKernelFn};
+use mlx_core::{Array, Dtype};
+
+use crate::weights::gguf::{dequantize, rows_times, GgufDtype};
+
+/// A `[rows, cols]` matrix of GGUF blocks: `bytes` is uint8 `[rows,
+/// row_bytes]`, each row whole blocks of `dtype`.
+#[derive(Debug, Clone)]
+pub struct GgufMatrix {
+    /// The blocks as stored, one row of the matrix per row.
+    pub bytes: Array,
+    /// The block type.
+    pub dtype: GgufDtype,
+    /// Values per row.
+    pub cols: i32,
+}
+
+impl GgufMatrix {
+    /// Rows of the matrix.
+    pub fn rows(&self) -> mlx_core::Result<i32> {
+        self.bytes.dim(0)
+    }
+
+    /// `x @ Wᵀ` in float32 for `x` `[..., cols]`.
+    pub fn times(&self, x: &Array) -> mlx_core::Result<Array> {
+        let cols = self.cols;
+        if x.dim(-1)? != cols {
+            return Err(mlx_core::Error::Host(format!(
+                "a {dtype} matrix of {cols} columns times inputs of {}",
+                x.dim(-1)?,
+                dtype = self.dtype
+            )));
+        }
+        let x = if x.dtype() == Dtype::Float32 {
+            x.clone()
+        } else {
+            x.astype(Dtype::Float32)?
+        };
+        let inputs = x.size() / cols.max(1) as usize;
+        let mut shape = x.shape();
+        if let Some(last) = shape.last_mut() {
+            *last = self.rows()?;
+        }
+        if inputs != 1 {
+            return x.linear(&self.dequantized()?);
+        }
+        let dtype = self.dtype;
+        let kernel: Arc<CpuKernelFn> = Arc::new(move |inputs, out| {
+            let (w, xb) = (inputs[0], inputs[1]);
+            let x = floats(xb);
+            let mut y = vec![0f32; out.len() / 4];
+            rows_times(dtype, w, cols as usize, &x, &mut y).map_err(|e| e.to_string())?;
+            for (o, v) in out.chunks_exact_mut(4).zip(&y) {
+                o.copy_from_slice(&v.to_le_bytes());
+            }
+            Ok(())
+        });
+        cpu_kernel(&[&self.bytes, &x], &shape, Dtype::Float32, kernel)
+    }
+
+    /// The matrix in float32, `[rows, cols]`.
+    pub fn dequantized(&self) -> mlx_core::Result<Array> {
+        dequantize_rows(&self.bytes, self.dtype, self.cols)
+    }
+
+    /// Rows `indices` in float32, `[..indices, cols]` (an embedding lookup).
+    pub fn take_rows(&self, indices: &Array) -> mlx_core::Result<Array> {
+        dequantize_rows(&self.bytes.take(indices, 0)?, self.dtype, self.cols)
+    }
+
+    /// The matrix made of rows `start..end`.
+    pub fn row_range(&self, start: i32, end: i32) -> mlx_core::Result<GgufMatrix> {
+        let width = self.bytes.dim(1)?;
+        Ok(GgufMatrix {
+            bytes: self.bytes.slice(&[start, 0], &[end, width], &[1, 1])?,
+            dtype: self.dtype,
+            cols: self.cols,
+        })
+    }
+}
+
+/// Block rows `bytes` `[..., row_bytes]` of `dtype` as float32 `[..., cols]`.
+fn dequantize_rows(bytes: &Array, dtype: GgufDtype, cols: i32) -> mlx_core::Result<Array> {
+    let mut shape = bytes.shape();
+    if let Some(last) = shape.last_mut() {
+        *last = cols;
+    }
+    let kernel: Arc<CpuKernelFn> = Arc::new(move |inputs, out| {
+        let values = dequantize(dtype, inputs[0]).map_err(|e| e.to_string())?;
+        if values.len() * 4 != out.len() {
+            return Err(format!(
+                "{} {dtype} values dequantized for an output of {}",
+                values.len(),
+                out.len() / 4
+            ));
+        }
+        for (o, v) in out.chunks_exact_mut(4).zip(&values) {
+            o.copy_from_slice(&v.to_le_bytes());
+        }
+        Ok(())
+    });
+    cpu_kernel(&[bytes], &shape, Dtype::Float32, kernel)
+}
+
+/// Little-endian float32 values of `bytes`.
+fn floats(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}

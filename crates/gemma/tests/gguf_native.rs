@@ -1,0 +1,177 @@
+//! GGUF weights held as stored (`WeightStorage::Native`) against the same
+//! file dequantized at load, on the default model (Q8_0, Q5_0, Q4_K and
+//! Q6_K matrices): every projection's product of one row within float
+//! summation tolerance, of several rows exactly (they multiply the same
+//! dequantized values), and the same greedy tokens. The tests read
+//! `<workspace>/target/model/gemma-3-270m-q4_k_m.gguf` and skip, saying so,
+//! when it is missing.
+
+use std::path::{Path, PathBuf};
+
+use gemma::cache::CacheFormat;
+use gemma::linear::Linear;
+use gemma::load::{load, LoadOptions, LoadedModel, ModelSource, WeightStorage};
+use mlx_core::{random, Array, Dtype};
+
+fn model_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/model/gemma-3-270m-q4_k_m.gguf")
+}
+
+fn load_as(weights: WeightStorage) -> Option<LoadedModel> {
+    let path = model_path();
+    if !path.exists() {
+        println!("SKIPPED: the default model {} is missing", path.display());
+        return None;
+    }
+    let options = LoadOptions {
+        dtype: Dtype::Float32,
+        quantize: None,
+        weights,
+    };
+    Some(load(&ModelSource::Gguf(path), options, &mut |_, _| {}).unwrap())
+}
+
+fn floats(a: &Array) -> Vec<f32> {
+    a.to_vec::<f32>().unwrap()
+}
+
+/// Largest |a − b| over the largest |b|.
+fn relative_gap(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    let top = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+    a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / top
+}
+
+#[test]
+fn native_projections_multiply_as_their_dequantized_weights_do() {
+    let (Some(native), Some(dense)) = (
+        load_as(WeightStorage::Native),
+        load_as(WeightStorage::Dequantized),
+    ) else {
+        return;
+    };
+    let (n, d) = (&native.model, &dense.model);
+    assert!(
+        n.weight_bytes() * 3 < d.weight_bytes(),
+        "{} against {}",
+        n.weight_bytes(),
+        d.weight_bytes()
+    );
+    let key = random::key(3).unwrap();
+    let mut pairs: Vec<(String, &Linear, &Linear)> = vec![("embedding".into(), &n.embed, &d.embed)];
+    for (i, (a, b)) in n
+        .layers
+        .iter()
+        .zip(&d.layers)
+        .enumerate()
+        .filter(|(i, _)| [0, 1, 17].contains(i))
+    {
+        pairs.push((format!("layer {i} q/k/v"), &a.qkv_proj, &b.qkv_proj));
+        pairs.push((format!("layer {i} output"), &a.o_proj, &b.o_proj));
+        pairs.push((
+            format!("layer {i} gate/up"),
+            &a.gate_up_proj,
+            &b.gate_up_proj,
+        ));
+        pairs.push((format!("layer {i} down"), &a.down_proj, &b.down_proj));
+    }
+    for (name, ours, theirs) in pairs {
+        assert!(!matches!(ours, Linear::Dense(_)), "{name} was dequantized");
+        let Linear::Dense(w) = theirs else {
+            panic!("{name}: the dequantized load is not dense");
+        };
+        let cols = w.dim(1).unwrap();
+        // One row (decoding): our kernel, against MLX's product.
+        let x = random::normal(&[1, 1, cols], Dtype::Float32, 0.0, 1.0, Some(&key)).unwrap();
+        let gap = relative_gap(
+            &floats(&ours.forward(&x).unwrap()),
+            &floats(&theirs.forward(&x).unwrap()),
+        );
+        println!("{name}: one row, relative gap {gap:.2e}");
+        assert!(gap < 1e-5, "{name}: {gap}");
+        // Several rows (prefill): the same dequantized values, the same product.
+        let x = random::normal(&[1, 5, cols], Dtype::Float32, 0.0, 1.0, Some(&key)).unwrap();
+        assert_eq!(
+            floats(&ours.forward(&x).unwrap()),
+            floats(&theirs.forward(&x).unwrap()),
+            "{name}: five rows"
+        );
+    }
+    // Embedding rows come out as the dequantized table's.
+    let ids = Array::from_slice(&[2i32, 818, 262_143], &[1, 3]).unwrap();
+    assert_eq!(
+        floats(&n.embed.rows(&ids).unwrap()),
+        floats(&d.embed.rows(&ids).unwrap())
+    );
+}
+
+#[test]
+fn native_weights_give_the_greedy_tokens_of_dequantized_ones() {
+    let (Some(native), Some(dense)) = (
+        load_as(WeightStorage::Native),
+        load_as(WeightStorage::Dequantized),
+    ) else {
+        return;
+    };
+    let prompt = [2i32, 818, 5279, 529, 7001, 563];
+    let run = |loaded: &LoadedModel| -> (Vec<f32>, Vec<i32>) {
+        let model = &loaded.model;
+        let mut caches = model.make_caches(CacheFormat::COMPUTE).unwrap();
+        let logits = model
+            .forward(
+                &Array::from_slice(&prompt, &[1, prompt.len() as i32]).unwrap(),
+                &mut caches,
+            )
+            .unwrap();
+        let first = floats(&logits);
+        let vocab = logits.dim(-1).unwrap() as usize;
+        let mut next = argmax(&first[first.len() - vocab..]);
+        let mut tokens = vec![next];
+        for _ in 0..31 {
+            let logits = model
+                .forward(&Array::from_slice(&[next], &[1, 1]).unwrap(), &mut caches)
+                .unwrap();
+            next = argmax(&floats(&logits));
+            tokens.push(next);
+        }
+        (first, tokens)
+    };
+    let (ours, our_tokens) = run(&native);
+    let (theirs, their_tokens) = run(&dense);
+    let gap = relative_gap(&ours, &theirs);
+    println!("prompt logits: relative gap {gap:.2e}; tokens {our_tokens:?}");
+    assert!(gap < 1e-4, "{gap}");
+    assert_eq!(our_tokens, their_tokens);
+}
+
+fn argmax(row: &[f32]) -> i32 {
+    row.iter()
+        .enumerate()
+        .fold(
+            (0, f32::MIN),
+            |best, (i, &v)| if v > best.1 { (i, v) } else { best },
+        )
+        .0 as i32
+}
+
+#[test]
+fn native_weights_refuse_another_compute_dtype_by_name() {
+    let path = model_path();
+    if !path.exists() {
+        println!("SKIPPED: the default model {} is missing", path.display());
+        return;
+    }
+    let options = LoadOptions {
+        dtype: Dtype::Bfloat16,
+        quantize: None,
+        weights: WeightStorage::Native,
+    };
+    let Err(error) = load(&ModelSource::Gguf(path), options, &mut |_, _| {}) else {
+        panic!("a bfloat16 load of native weights succeeded");
+    };
+    let message = error.to_string();
+    assert!(
+        message.contains("gemma-3-270m-q4_k_m.gguf") && message.contains("float32 only"),
+        "{message}"
+    );
+}
