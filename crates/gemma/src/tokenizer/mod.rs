@@ -106,13 +106,17 @@ pub struct Tokenizer {
 }
 
 impl Tokenizer {
-    /// Loads a `tokenizer.json` (Hugging Face format).
+    /// Loads a `tokenizer.json` (Hugging Face format). The `tokenizers` crate panics on some
+    /// malformed files instead of failing (a JSON syntax error inside `"decoder"`, a bad
+    /// precompiled normalizer); such a file is an error here like any other malformed file.
     pub fn from_file(path: &Path) -> Result<Tokenizer, TokenizerError> {
-        let pipeline =
-            tokenizers::Tokenizer::from_file(path).map_err(|e| TokenizerError::File {
-                path: path.to_path_buf(),
-                message: e.to_string(),
-            })?;
+        let file_error = |message: String| TokenizerError::File {
+            path: path.to_path_buf(),
+            message,
+        };
+        let loaded = std::panic::catch_unwind(|| tokenizers::Tokenizer::from_file(path))
+            .map_err(|panic| file_error(format!("malformed: {}", panic_text(panic.as_ref()))))?;
+        let pipeline = loaded.map_err(|e| file_error(e.to_string()))?;
         Tokenizer::from_pipeline(pipeline)
     }
 
@@ -225,10 +229,45 @@ impl Tokenizer {
     }
 }
 
+/// The message a panic carried (a `&str` or `String` payload), for an error.
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("the tokenizers crate panicked while reading it")
+}
+
 /// Runs `pipeline` on `text` without post-processing (no `<bos>`).
 fn run_encode(pipeline: &tokenizers::Tokenizer, text: &str) -> Result<Vec<u32>, TokenizerError> {
     pipeline
         .encode_fast(text, false)
         .map(|encoding| encoding.get_ids().to_vec())
         .map_err(|e| TokenizerError::Run(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_the_tokenizers_crate_panics_on_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokenizer.json");
+        // A JSON syntax error inside "decoder": tokenizers 0.22 panics ("Helper") on it.
+        std::fs::write(&path, r#"{"decoder": {1: 2}}"#).unwrap();
+        let error = Tokenizer::from_file(&path).unwrap_err();
+        let TokenizerError::File {
+            path: named,
+            message,
+        } = &error
+        else {
+            panic!("expected a file error, got {error:?}");
+        };
+        assert_eq!(named, &path);
+        assert!(
+            message.starts_with("malformed: Helper: Error(\"key must be a string\""),
+            "{message}"
+        );
+    }
 }

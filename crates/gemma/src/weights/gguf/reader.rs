@@ -334,3 +334,50 @@ impl<'a> Cursor<'a> {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A version-3 header with no metadata and one F32 tensor of `shape`.
+    fn one_f32_tensor(shape: &[u64]) -> Vec<u8> {
+        let mut bytes = b"GGUF".to_vec();
+        bytes.extend_from_slice(&3u32.to_le_bytes());
+        bytes.extend_from_slice(&1u64.to_le_bytes());
+        bytes.extend_from_slice(&0u64.to_le_bytes());
+        bytes.extend_from_slice(&4u64.to_le_bytes());
+        bytes.extend_from_slice(b"huge");
+        bytes.extend_from_slice(&(shape.len() as u32).to_le_bytes());
+        for d in shape {
+            bytes.extend_from_slice(&d.to_le_bytes());
+        }
+        bytes.extend_from_slice(&GgufDtype::F32.id().to_le_bytes());
+        bytes.extend_from_slice(&0u64.to_le_bytes());
+        bytes
+    }
+
+    #[test]
+    fn a_one_tib_tensor_in_a_tiny_file_is_refused_before_any_allocation() {
+        let bytes = one_f32_tensor(&[1 << 18, 1 << 20]);
+        let Err(problem) = parse_header(&bytes) else {
+            panic!("a 1 TiB tensor in {} bytes was accepted", bytes.len());
+        };
+        let GgufProblem::TensorPastEnd {
+            ref tensor,
+            offset,
+            needed,
+            left,
+        } = problem
+        else {
+            panic!("expected TensorPastEnd, got {problem}");
+        };
+        assert_eq!(
+            (tensor.as_str(), offset, needed, left),
+            ("huge", 96, 1 << 40, 0)
+        );
+        assert_eq!(
+            problem.to_string(),
+            "tensor 'huge' needs 1099511627776 bytes at offset 96, the file has 0 left"
+        );
+    }
+}
