@@ -7,7 +7,8 @@
 //!   `mlx-c/include/mlx_c.h`, or checks that it is up to date;
 //! - `test` sets up, then runs every check and test, then the examples;
 //! - `run` sets up, then runs the `gemma-mlx` command;
-//! - `bench` compares `gemma-mlx` with mlx-lm and writes `target/bench/report.md`.
+//! - `bench` compares `gemma-mlx` with mlx-lm and writes `target/bench/report.md`;
+//! - `fuzz` builds the cargo-fuzz targets of `fuzz/` and runs them (docs/fuzzing.md).
 //!
 //! This crate depends on no MLX crate, so it builds before MLX is found.
 
@@ -17,6 +18,7 @@ mod blas;
 mod command;
 mod discovery;
 mod examples;
+mod fuzz;
 mod ldd;
 mod mlx_build;
 mod mlx_lm_env;
@@ -108,6 +110,28 @@ enum Task {
         #[arg(long, default_value_t = 2)]
         kld_chunks: usize,
     },
+    /// Set up, build the fuzz targets of fuzz/ (nightly, cargo-fuzz) and run one or all of
+    /// them, replaying fuzz/regressions/ first; a crashing input is kept there.
+    Fuzz {
+        /// The target to run (default: all of them).
+        #[arg(value_parser = clap::builder::PossibleValuesParser::new(fuzz::TARGETS))]
+        target: Option<String>,
+        /// Seconds of fuzzing per target.
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+        /// The sanitizer to build with.
+        #[arg(long, value_enum, default_value_t = fuzz::Sanitizer::Address)]
+        sanitizer: fuzz::Sanitizer,
+        /// Start from the committed seeds alone, forgetting what earlier runs found.
+        #[arg(long)]
+        fresh: bool,
+        /// Which MLX build the targets link.
+        #[arg(long, value_enum, default_value_t = Backend::Cpu)]
+        backend: Backend,
+        /// Targets fuzzed at once (each uses one core).
+        #[arg(long, default_value_t = 1)]
+        jobs: usize,
+    },
 }
 
 fn main() -> ExitCode {
@@ -158,6 +182,24 @@ fn run(task: Task) -> anyhow::Result<()> {
                 shipped_rounds,
                 flatness,
                 kld_chunks,
+            },
+        ),
+        Task::Fuzz {
+            target,
+            seconds,
+            sanitizer,
+            fresh,
+            backend,
+            jobs,
+        } => fuzz::run(
+            &workspace,
+            &fuzz::FuzzOptions {
+                target,
+                seconds,
+                sanitizer,
+                fresh,
+                backend,
+                jobs,
             },
         ),
     }
