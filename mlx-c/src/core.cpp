@@ -395,17 +395,6 @@ int mlx_vector_array_push(mlx_vector_array v, mlx_array a) {
 
 namespace {
 
-/// Frees a closure's context when the last copy of the closure is gone.
-struct ClosureContext {
-  void* ctx = nullptr;
-  void (*ctx_free)(void*) = nullptr;
-  ~ClosureContext() {
-    if (ctx_free != nullptr) {
-      ctx_free(ctx);
-    }
-  }
-};
-
 using CacheRef = mx::detail::CompileCacheWeakPtr;
 
 /// Whether two references name the same compile cache (one per thread).
@@ -497,7 +486,7 @@ struct CompiledEntry {
 
 int mlx_closure_new(mlx_closure* out, mlx_closure_fn fn, void* ctx,
                     void (*ctx_free)(void* ctx)) {
-  auto owner = std::make_shared<ClosureContext>();
+  auto owner = std::make_shared<CallerContext>();
   owner->ctx = ctx;
   owner->ctx_free = ctx_free;
   return guard([&] {

@@ -12,21 +12,10 @@ using namespace mlxc;
 
 namespace {
 
-/// The caller's context, freed with the last operation that holds it.
-struct KernelContext {
-  void* ctx = nullptr;
-  void (*ctx_free)(void*) = nullptr;
-  ~KernelContext() {
-    if (ctx_free != nullptr) {
-      ctx_free(ctx);
-    }
-  }
-};
-
 class CpuKernel : public mx::UnaryPrimitive {
  public:
   CpuKernel(mx::Stream stream, mlx_cpu_kernel_fn fn,
-            std::shared_ptr<KernelContext> owner)
+            std::shared_ptr<CallerContext> owner)
       : UnaryPrimitive(stream), fn_(fn), owner_(std::move(owner)) {}
 
   void eval_cpu(const std::vector<mx::array>& inputs,
@@ -85,7 +74,7 @@ class CpuKernel : public mx::UnaryPrimitive {
 
  private:
   mlx_cpu_kernel_fn fn_;
-  std::shared_ptr<KernelContext> owner_;
+  std::shared_ptr<CallerContext> owner_;
 };
 
 }  // namespace
@@ -96,7 +85,7 @@ int mlx_cpu_kernel(mlx_array* out, mlx_cpu_kernel_fn fn, void* ctx,
                    void (*ctx_free)(void* ctx), const mlx_array* inputs,
                    size_t n, const int* shape, size_t ndim, mlx_dtype dtype,
                    mlx_stream s) {
-  auto owner = std::make_shared<KernelContext>();
+  auto owner = std::make_shared<CallerContext>();
   owner->ctx = ctx;
   owner->ctx_free = ctx_free;
   return guard([&] {

@@ -38,6 +38,18 @@ struct mlx_closure_s {
 
 namespace mlxc {
 
+/// A caller's context handed to a callback (a closure, a CPU kernel): freed
+/// by the caller's function when the last holder is gone.
+struct CallerContext {
+  void* ctx = nullptr;
+  void (*ctx_free)(void*) = nullptr;
+  ~CallerContext() {
+    if (ctx_free != nullptr) {
+      ctx_free(ctx);
+    }
+  }
+};
+
 /// Stores `message` as this thread's last error.
 void set_error(const std::string& message);
 

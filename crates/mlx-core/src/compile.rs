@@ -7,7 +7,7 @@ use std::ptr;
 use mlx_sys as sys;
 
 use crate::array::{new_array, take_vector};
-use crate::error::{check, Result};
+use crate::error::{callback_status, check, Result};
 use crate::Array;
 
 /// A function from arrays to arrays that MLX can call (and trace).
@@ -48,21 +48,12 @@ unsafe extern "C" fn trampoline(
         }
         Ok(())
     }));
-    let message = match result {
-        Ok(Ok(())) => return 0,
-        Ok(Err(e)) => e.to_string(),
-        Err(_) => "a Rust function called by MLX panicked".to_string(),
-    };
-    if !error.is_null() && error_len > 0 {
-        let bytes = message.as_bytes();
-        let len = bytes.len().min(error_len - 1);
-        // SAFETY: `error` has room for `error_len` bytes.
-        unsafe {
-            ptr::copy_nonoverlapping(bytes.as_ptr(), error.cast::<u8>(), len);
-            *error.add(len) = 0;
-        }
-    }
-    1
+    callback_status(
+        result,
+        "a Rust function called by MLX panicked",
+        error,
+        error_len,
+    )
 }
 
 unsafe extern "C" fn free_ctx(ctx: *mut c_void) {

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use mlx_sys as sys;
 
 use crate::array::new_array;
+use crate::error::callback_status;
 use crate::{Array, Dtype, Result};
 
 /// A CPU kernel: fills the output's bytes from the inputs' bytes (each
@@ -63,21 +64,7 @@ unsafe extern "C" fn trampoline(
         };
         kernel(&views, output)
     }));
-    let message = match result {
-        Ok(Ok(())) => return 0,
-        Ok(Err(e)) => e,
-        Err(_) => "a Rust CPU kernel panicked".to_string(),
-    };
-    if !error.is_null() && error_len > 0 {
-        let bytes = message.as_bytes();
-        let len = bytes.len().min(error_len - 1);
-        // SAFETY: `error` has room for `error_len` bytes.
-        unsafe {
-            ptr::copy_nonoverlapping(bytes.as_ptr(), error.cast::<u8>(), len);
-            *error.add(len) = 0;
-        }
-    }
-    1
+    callback_status(result, "a Rust CPU kernel panicked", error, error_len)
 }
 
 unsafe extern "C" fn free_ctx(ctx: *mut c_void) {
