@@ -96,11 +96,15 @@ fn f16_scale(block: &[u8]) -> f32 {
 /// sum.
 #[inline(always)]
 fn q8_0_dot(block: &[u8; 34], xs: &[f32]) -> f32 {
+    let (Ok(q), Ok(x)) = (
+        <&[u8; 32]>::try_from(&block[2..]),
+        <&[f32; 32]>::try_from(xs),
+    ) else {
+        return 0.0;
+    };
     let mut sums = [0f32; 8];
-    for (q, x) in block[2..].chunks_exact(8).zip(xs.chunks_exact(8)) {
-        for l in 0..8 {
-            sums[l] += f32::from(q[l] as i8) * x[l];
-        }
+    for i in 0..32 {
+        sums[i % 8] += f32::from(q[i] as i8) * x[i];
     }
     f16_scale(block) * sums.iter().sum::<f32>()
 }
