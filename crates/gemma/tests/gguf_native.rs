@@ -31,6 +31,14 @@ fn load_as(weights: WeightStorage) -> Option<LoadedModel> {
     Some(load(&ModelSource::Gguf(path), options, &mut |_, _| {}).unwrap())
 }
 
+/// The default model loaded native and dequantized, or `None` when missing.
+fn both() -> Option<(LoadedModel, LoadedModel)> {
+    Some((
+        load_as(WeightStorage::Native)?,
+        load_as(WeightStorage::Dequantized)?,
+    ))
+}
+
 fn floats(a: &Array) -> Vec<f32> {
     a.to_vec::<f32>().unwrap()
 }
@@ -44,10 +52,7 @@ fn relative_gap(a: &[f32], b: &[f32]) -> f32 {
 
 #[test]
 fn native_projections_multiply_as_their_dequantized_weights_do() {
-    let (Some(native), Some(dense)) = (
-        load_as(WeightStorage::Native),
-        load_as(WeightStorage::Dequantized),
-    ) else {
+    let Some((native, dense)) = both() else {
         return;
     };
     let (n, d) = (&native.model, &dense.model);
@@ -107,10 +112,7 @@ fn native_projections_multiply_as_their_dequantized_weights_do() {
 
 #[test]
 fn native_weights_give_the_greedy_tokens_of_dequantized_ones() {
-    let (Some(native), Some(dense)) = (
-        load_as(WeightStorage::Native),
-        load_as(WeightStorage::Dequantized),
-    ) else {
+    let Some((native, dense)) = both() else {
         return;
     };
     let prompt = [2i32, 818, 5279, 529, 7001, 563];

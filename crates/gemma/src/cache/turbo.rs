@@ -220,7 +220,7 @@ fn centroid_indices(rotated: &Array, bits: i32) -> Result<Array, CacheError> {
 }
 
 /// 1/√128 in float32, the scale that makes the transform orthogonal.
-fn hadamard_scale() -> f32 {
+pub(crate) fn hadamard_scale() -> f32 {
     1.0 / (TURBO_GROUP as f32).sqrt()
 }
 

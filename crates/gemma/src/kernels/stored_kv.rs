@@ -41,7 +41,7 @@ pub(super) fn header() -> String {
     }
     header.push_str(&format!(
         "constexpr float GEMMA_TURBO_SCALE = {:e}f;\n",
-        1.0 / (turbo::TURBO_GROUP as f32).sqrt()
+        turbo::hadamard_scale()
     ));
     header.push_str(DEVICE_FUNCTIONS);
     header
