@@ -11,8 +11,11 @@
 # of every KV-cache family (affine q8_0/q4_0, TurboQuant turbo4/turbo3,
 # q8_0 keys with turbo4 values) through the compiled step and eagerly, with
 # llama.cpp beside ours on the types it has (f16, q8_0, q4_0); KV=0 skips
-# them. The first compressed-cache run of each size comes first, so that
-# its time to first token is a fresh machine's.
+# them, KV_SPECS replaces the list of specs, EAGER=0 leaves out the eager
+# compressed-cache runs and EXTRAS=0 the s8, MLX-ops and mlx-lm runs (for
+# the large sizes and long contexts, where device time is short). The first
+# compressed-cache run of each size comes first, so that its time to first
+# token is a fresh machine's.
 #
 # llama.cpp runs when LLAMA_BENCH names its llama-bench and
 # ${GGUF_DIR:-/root}/gemma3-SIZE-f16.gguf exists (../../../shared/llamacpp
@@ -56,24 +59,26 @@ llama_kv() {
     ctk=q4_0,ctv=q4_0) echo "-ctk q4_0 -ctv q4_0" ;;
     esac
 }
-kv_specs="ctk=q8_0,ctv=q8_0 ctk=q4_0,ctv=q4_0 ctk=turbo4,ctv=turbo4 ctk=turbo3,ctv=turbo3 ctk=q8_0,ctv=turbo4"
+kv_specs=${KV_SPECS:-"ctk=q8_0,ctv=q8_0 ctk=q4_0,ctv=q4_0 ctk=turbo4,ctv=turbo4 ctk=turbo3,ctv=turbo3 ctk=q8_0,ctv=turbo4"}
 for size in "$@"; do
     echo "== $size: warm-up (our kernels compile unless ~/.cache/gemma-mlx/kernels has them)"
     echo "ours first run    $size: $(ours "$size")"
     [ "${KV:-1}" = 0 ] || echo "ours first run    $size ctk=q8_0,ctv=q8_0: $(ours "$size" --kv ctk=q8_0,ctv=q8_0)"
-    python3 "$here/mlx_lm_random.py" "$configs/gemma3-$size.json" 64 8 >/dev/null
+    [ "${EXTRAS:-1}" = 0 ] || python3 "$here/mlx_lm_random.py" "$configs/gemma3-$size.json" 64 8 >/dev/null
     for round in $(seq "${ROUNDS:-2}"); do
         echo "ours default      $size round $round: $(ours "$size")"
-        echo "ours default s8   $size round $round: $(ours "$size" --steps-per-sync 8)"
-        echo "ours eager, MLX ops $size round $round: $(ours "$size" --decode eager --gpu-kernels=false)"
-        echo "mlx-lm            $size round $round: $(theirs "$size")"
+        if [ "${EXTRAS:-1}" != 0 ]; then
+            echo "ours default s8   $size round $round: $(ours "$size" --steps-per-sync 8)"
+            echo "ours eager, MLX ops $size round $round: $(ours "$size" --decode eager --gpu-kernels=false)"
+            echo "mlx-lm            $size round $round: $(theirs "$size")"
+        fi
         echo "llama.cpp f16 KV  $size round $round: $(llama "$size")"
     done
     [ "${KV:-1}" = 0 ] && continue
     for round in $(seq "${ROUNDS:-2}"); do
         for kv in $kv_specs; do
             echo "ours   $size $kv round $round: $(ours "$size" --kv "$kv")"
-            echo "ours   $size $kv eager round $round: $(ours "$size" --kv "$kv" --decode eager)"
+            [ "${EAGER:-1}" = 0 ] || echo "ours   $size $kv eager round $round: $(ours "$size" --kv "$kv" --decode eager)"
             flags=$(llama_kv "$kv")
             # shellcheck disable=SC2086
             [ -n "$flags" ] && echo "llama.cpp $size $kv round $round: $(llama "$size" $flags)"

@@ -527,7 +527,12 @@ fn fused_layer_kernels_encode_and_read_every_cache_format_as_the_eager_pass() {
     let t = |bits| KvFormat::Turbo { bits };
     let f = KvFormat::Float(None);
     let format = |keys, values| CacheFormat { keys, values };
-    // (name, head size, format, tokens kept in floats first)
+    // (name, head size, format, tokens kept in floats first). The kernel's
+    // Walsh–Hadamard rotation sums in another order than MLX's, so a rotated
+    // coordinate within rounding of a codebook boundary can take the
+    // neighbouring centroid; a 2-bit codebook's steps are about four times
+    // a 4-bit one's, and so is the largest logit gap such a flip makes
+    // (H200, 2026-12-02: turbo4 4.8e-3, turbo2 8.1e-3).
     let cases = [
         ("q8_0/q8_0", 64, format(a(8, 64), a(8, 64)), 0),
         (
@@ -554,6 +559,14 @@ fn fused_layer_kernels_encode_and_read_every_cache_format_as_the_eager_pass() {
         ("turbo2/float after 5", 128, format(t(2), f), 5),
         ("float/turbo4", 128, format(f, t(4)), 0),
     ];
+    let tolerance = |format: CacheFormat| {
+        let two_bit_turbo = |side| side == KvFormat::Turbo { bits: 2 };
+        if two_bit_turbo(format.keys) || two_bit_turbo(format.values) {
+            2e-2
+        } else {
+            5e-3
+        }
+    };
     for window in [8, 300] {
         for (name, head_dim, format, start) in cases {
             let mut model = tiny_model_with_heads(window, head_dim);
@@ -563,7 +576,7 @@ fn fused_layer_kernels_encode_and_read_every_cache_format_as_the_eager_pass() {
             let (fused, _) = scheduled(&model, format, start, Steps::Fixed { compiled: true });
             let d = max_diff(&reference, &fused);
             eprintln!("window {window}, {name}: max |Δ logit| {d:e}");
-            assert!(d < 5e-3, "window {window}, {name}: {d}");
+            assert!(d < tolerance(format), "window {window}, {name}: {d}");
         }
     }
 }
