@@ -9,7 +9,7 @@ use std::sync::Arc;
 use mlx_core::cpu_kernel::{cpu_kernel, CpuKernelFn};
 use mlx_core::{Array, Dtype};
 
-use crate::weights::gguf::{dequantize, rows_times, GgufDtype};
+use crate::weights::gguf::{dequantize, rows_times, Activations, GgufDtype};
 
 /// A `[rows, cols]` matrix of GGUF blocks: `bytes` is uint8 `[rows,
 /// row_bytes]`, each row whole blocks of `dtype`.
@@ -21,6 +21,8 @@ pub struct GgufMatrix {
     pub dtype: GgufDtype,
     /// Values per row.
     pub cols: i32,
+    /// How activations enter a product with one row of activations.
+    pub activations: Activations,
 }
 
 impl GgufMatrix {
@@ -52,12 +54,13 @@ impl GgufMatrix {
         if inputs != 1 {
             return x.linear(&self.dequantized()?);
         }
-        let dtype = self.dtype;
+        let (dtype, activations) = (self.dtype, self.activations);
         let kernel: Arc<CpuKernelFn> = Arc::new(move |inputs, out| {
             let (w, xb) = (inputs[0], inputs[1]);
             let x = floats(xb);
             let mut y = vec![0f32; out.len() / 4];
-            rows_times(dtype, w, cols as usize, &x, &mut y).map_err(|e| e.to_string())?;
+            rows_times(dtype, w, cols as usize, &x, &mut y, activations)
+                .map_err(|e| e.to_string())?;
             for (o, v) in out.chunks_exact_mut(4).zip(&y) {
                 o.copy_from_slice(&v.to_le_bytes());
             }
@@ -83,6 +86,7 @@ impl GgufMatrix {
             bytes: self.bytes.slice(&[start, 0], &[end, width], &[1, 1])?,
             dtype: self.dtype,
             cols: self.cols,
+            activations: self.activations,
         })
     }
 }

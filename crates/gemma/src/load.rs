@@ -10,6 +10,7 @@ use crate::config::{ConfigError, Gemma3Config};
 use crate::linear::Linear;
 use crate::model::Gemma3;
 use crate::tokenizer::{Tokenizer, TokenizerError};
+pub use crate::weights::gguf::Activations;
 use crate::weights::gguf::{GgufError, GgufFile};
 use crate::weights::{
     load_gguf_tensors, load_safetensors_tensors, random_tensors, TensorMap, WeightsError,
@@ -60,8 +61,9 @@ pub enum WeightStorage {
     #[default]
     Dequantized,
     /// As stored, multiplied by our CPU kernels over the blocks
-    /// ([`crate::gguf_linear::GgufMatrix`]); needs the CPU and float32.
-    Native,
+    /// ([`crate::gguf_linear::GgufMatrix`]), one row of activations entering
+    /// as given; needs the CPU and float32.
+    Native(Activations),
 }
 
 /// A failure to load a model; the message names the file and the problem.
@@ -142,7 +144,10 @@ pub fn read_checkpoint(
             let tokenizer = Tokenizer::from_gguf(&file)?;
             check_vocab(path, &config, &tokenizer)?;
             let chat_template = ChatTemplate::from_gguf(&file)?;
-            let native = weights == WeightStorage::Native;
+            let native = match weights {
+                WeightStorage::Native(activations) => Some(activations),
+                WeightStorage::Dequantized => None,
+            };
             let tensors = load_gguf_tensors(&file, dtype, native, progress)?;
             Checkpoint {
                 config,

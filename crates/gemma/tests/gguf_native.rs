@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use gemma::cache::CacheFormat;
 use gemma::linear::Linear;
-use gemma::load::{load, LoadOptions, LoadedModel, ModelSource, WeightStorage};
+use gemma::load::{load, Activations, LoadOptions, LoadedModel, ModelSource, WeightStorage};
 use mlx_core::{random, Array, Dtype};
 
 fn model_path() -> PathBuf {
@@ -34,7 +34,7 @@ fn load_as(weights: WeightStorage) -> Option<LoadedModel> {
 /// The default model loaded native and dequantized, or `None` when missing.
 fn both() -> Option<(LoadedModel, LoadedModel)> {
     Some((
-        load_as(WeightStorage::Native)?,
+        load_as(WeightStorage::Native(Activations::F32))?,
         load_as(WeightStorage::Dequantized)?,
     ))
 }
@@ -166,7 +166,7 @@ fn native_weights_refuse_another_compute_dtype_by_name() {
     let options = LoadOptions {
         dtype: Dtype::Bfloat16,
         quantize: None,
-        weights: WeightStorage::Native,
+        weights: WeightStorage::Native(Activations::Int8),
     };
     let Err(error) = load(&ModelSource::Gguf(path), options, &mut |_, _| {}) else {
         panic!("a bfloat16 load of native weights succeeded");
@@ -176,4 +176,52 @@ fn native_weights_refuse_another_compute_dtype_by_name() {
         message.contains("gemma-3-270m-q4_k_m.gguf") && message.contains("float32 only"),
         "{message}"
     );
+}
+
+/// KL(p ‖ q) of two rows of logits, in nats.
+fn kl_divergence(p_logits: &[f32], q_logits: &[f32]) -> f64 {
+    let log_softmax = |row: &[f32]| -> Vec<f64> {
+        let top = row.iter().fold(f32::MIN, |m, &v| m.max(v)) as f64;
+        let sum: f64 = row.iter().map(|&v| (v as f64 - top).exp()).sum();
+        row.iter().map(|&v| v as f64 - top - sum.ln()).collect()
+    };
+    let (p, q) = (log_softmax(p_logits), log_softmax(q_logits));
+    p.iter().zip(&q).map(|(lp, lq)| lp.exp() * (lp - lq)).sum()
+}
+
+#[test]
+fn eight_bit_activations_stay_within_the_kld_budget_of_float_ones() {
+    let (Some(float), Some(int8)) = (
+        load_as(WeightStorage::Native(Activations::F32)),
+        load_as(WeightStorage::Native(Activations::Int8)),
+    ) else {
+        return;
+    };
+    // Both models read the same tokens one at a time (the products of one
+    // row are where the activations enter as 8 bits): the float model's
+    // greedy continuation of a prompt.
+    let prompt = [2i32, 818, 5279, 529, 7001, 563, 496, 1607, 236764];
+    let mut caches = (
+        float.model.make_caches(CacheFormat::COMPUTE).unwrap(),
+        int8.model.make_caches(CacheFormat::COMPUTE).unwrap(),
+    );
+    let mut token = prompt[0];
+    let mut klds = Vec::new();
+    for step in 0..40 {
+        let input = Array::from_slice(&[token], &[1, 1]).unwrap();
+        let p = floats(&float.model.forward(&input, &mut caches.0).unwrap());
+        let q = floats(&int8.model.forward(&input, &mut caches.1).unwrap());
+        klds.push(kl_divergence(&p, &q));
+        token = prompt.get(step + 1).copied().unwrap_or_else(|| argmax(&p));
+    }
+    let mean = klds.iter().sum::<f64>() / klds.len() as f64;
+    let largest = klds.iter().fold(0f64, |m, &v| m.max(v));
+    println!(
+        "int8 against f32 activations over 40 tokens: mean KLD {mean:.2e}, largest {largest:.2e}"
+    );
+    assert!(
+        mean > 0.0,
+        "the two paths gave identical logits: 8-bit activations were not used"
+    );
+    assert!(mean < 0.005, "mean KLD {mean}");
 }

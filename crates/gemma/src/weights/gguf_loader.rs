@@ -7,19 +7,20 @@ use std::path::Path;
 use mlx_core::device::default_device;
 use mlx_core::{Array, Device, Dtype};
 
-use super::gguf::{can_multiply, GgufFile};
+use super::gguf::{can_multiply, Activations, GgufFile};
 use super::gguf_names::hf_name;
 use super::tensors::{Tensor, TensorMap, WeightsError};
 use crate::gguf_linear::GgufMatrix;
 
 /// Reads every tensor of `file` into a [`TensorMap`] with Hugging Face names,
 /// converted to `dtype`; with `native`, matrices of block-quantized types
-/// stay as stored (on the CPU, in float32 only). `progress(done, total)` is
+/// stay as stored (on the CPU, in float32 only), activations entering their
+/// products as it says. `progress(done, total)` is
 /// called after each tensor.
 pub fn load_gguf_tensors(
     file: &GgufFile,
     dtype: Dtype,
-    native: bool,
+    native: Option<Activations>,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<TensorMap, WeightsError> {
     let path: &Path = file.path();
@@ -27,7 +28,7 @@ pub fn load_gguf_tensors(
         file: path.to_path_buf(),
         message,
     };
-    if native && (dtype != Dtype::Float32 || default_device()? != Device::Cpu) {
+    if native.is_some() && (dtype != Dtype::Float32 || default_device()? != Device::Cpu) {
         return Err(invalid(format!(
             "GGUF weights as stored are multiplied on the CPU in float32 only (asked: {dtype:?} on the {:?}); load them dequantized there",
             default_device()?
@@ -45,7 +46,7 @@ pub fn load_gguf_tensors(
             .map(|&d| i32::try_from(d))
             .collect::<Result<Vec<i32>, _>>()
             .map_err(|_| invalid(format!("tensor '{}' has a dimension too large", info.name)))?;
-        if native && shape.len() == 2 && can_multiply(info.dtype) {
+        if let Some(activations) = native.filter(|_| shape.len() == 2 && can_multiply(info.dtype)) {
             let bytes = file.tensor_bytes(info);
             let row_bytes = i32::try_from(bytes.len() / shape[0].max(1) as usize)
                 .map_err(|_| invalid(format!("tensor '{}' has rows too large", info.name)))?;
@@ -53,6 +54,7 @@ pub fn load_gguf_tensors(
                 bytes: Array::from_slice(bytes, &[shape[0], row_bytes])?,
                 dtype: info.dtype,
                 cols: shape[1],
+                activations,
             };
             matrix.bytes.eval()?;
             map.tensors.insert(name, Tensor::Gguf(matrix));

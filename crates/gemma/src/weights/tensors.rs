@@ -199,6 +199,7 @@ impl TensorMap {
                         bytes: concatenate(&bytes, 0)?,
                         dtype: f.dtype,
                         cols: f.cols,
+                        activations: f.activations,
                     })
                 }
                 _ => Linear::Parts(linears),

@@ -137,7 +137,7 @@ pub fn load_default(convert: bool) -> DefaultModel {
     let file = GgufFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
     let config = Gemma3Config::from_gguf(&file).unwrap_or_else(|e| panic!("{e}"));
     let tokenizer = Tokenizer::from_gguf(&file).unwrap_or_else(|e| panic!("{e}"));
-    let tensors = load_gguf_tensors(&file, Dtype::Float32, false, &mut |_, _| {})
+    let tensors = load_gguf_tensors(&file, Dtype::Float32, None, &mut |_, _| {})
         .unwrap_or_else(|e| panic!("{e}"));
     let hf_dir = convert.then(|| {
         let (dir, stamp) = converted_dir(&path);

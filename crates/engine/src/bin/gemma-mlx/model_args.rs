@@ -6,7 +6,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use engine::Engine;
 use gemma::config::Gemma3Config;
-use gemma::load::{load, LoadOptions, ModelSource, WeightStorage};
+use gemma::load::{load, Activations, LoadOptions, ModelSource, WeightStorage};
 use indicatif::{ProgressBar, ProgressStyle};
 use mlx_core::{device, memory, Device, Dtype};
 
@@ -37,6 +37,11 @@ pub struct ModelArgs {
     /// `dequantized` to the compute dtype at load (the default).
     #[arg(long, value_enum, default_value_t = WeightsArg::Dequantized)]
     pub weights: WeightsArg,
+    /// With `--weights native`, how one row of activations enters the
+    /// products: `int8`, quantized to 8 bits per block as llama.cpp does (the
+    /// default), or `f32`, the exact path.
+    #[arg(long, value_enum, default_value_t = ActivationsArg::Int8)]
+    pub activations: ActivationsArg,
     /// MLX memory limit, in GiB.
     #[arg(long)]
     pub max_memory: Option<f64>,
@@ -79,6 +84,15 @@ pub enum WeightsArg {
     Native,
     /// Dequantized to the compute dtype at load.
     Dequantized,
+}
+
+/// How activations enter products with native weights, on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ActivationsArg {
+    /// Quantized to 8 bits per block, multiplied as integers.
+    Int8,
+    /// Float32.
+    F32,
 }
 
 /// The model `cargo xtask setup` provisions.
@@ -167,7 +181,10 @@ impl ModelArgs {
                 dtype,
                 quantize,
                 weights: match self.weights {
-                    WeightsArg::Native => WeightStorage::Native,
+                    WeightsArg::Native => WeightStorage::Native(match self.activations {
+                        ActivationsArg::Int8 => Activations::Int8,
+                        ActivationsArg::F32 => Activations::F32,
+                    }),
                     WeightsArg::Dequantized => WeightStorage::Dequantized,
                 },
             },

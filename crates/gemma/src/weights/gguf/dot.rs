@@ -1,19 +1,37 @@
-//! Products of GGUF block-quantized rows with float vectors, reading the
-//! blocks as stored: each block is decoded into registers by the same
-//! decoders [`super::dequantize`] uses (so the weights are exactly ggml's)
-//! and multiplied there, never written out; Q8_0 and Q5_0 (most of the
-//! default model's bytes) take their block scale out of the sum instead.
-//! Rows run in parallel; an AVX2 build of the inner loop is picked at run
-//! time where the CPU has it.
+//! Products of GGUF block-quantized rows with vectors, reading the blocks as
+//! stored: each block is decoded into registers as small integers with a
+//! scale (and offset) per 16 values ([`super::blocks`], the decoders
+//! [`super::dequantize`] uses, so the weights are exactly ggml's) and never
+//! written out. The activations enter in float32 ([`Activations::F32`], the
+//! exact path) or quantized to 8 bits per group of 16 values
+//! ([`Activations::Int8`], as llama.cpp does per block), the integers then
+//! multiplied as integers. Rows run in parallel; an AVX2 build of the inner loop is
+//! picked at run time where the CPU has it.
 
 use multiversion::multiversion;
 use rayon::prelude::*;
 
-use super::dequant::{q2_k, q3_k, q4_0, q4_1, q4_k, q5_1, q5_k, q6_k, DequantError};
+use super::blocks::{self, Format, GROUP};
+use super::dequant::DequantError;
 use super::dtype::GgufDtype;
 
-/// Rows handed to one rayon task at least.
-const MIN_ROWS_PER_TASK: usize = 16;
+/// Bytes of the matrix handed to one rayon task at least: a task's rows take
+/// several microseconds, so that scheduling them does not cost more than
+/// the products.
+const MIN_BYTES_PER_TASK: usize = 64 * 1024;
+
+/// How activations enter a product with block-quantized rows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Activations {
+    /// Float32, multiplied with each block's integers in float32: the sum of
+    /// the dequantized products, in another order.
+    F32,
+    /// Quantized to signed 8 bits with one float scale per 16 values (the
+    /// weights' groups; llama.cpp takes one per block of 32 or 256),
+    /// products summed as integers.
+    #[default]
+    Int8,
+}
 
 /// Whether rows of `dtype` can be multiplied as stored.
 pub fn can_multiply(dtype: GgufDtype) -> bool {
@@ -26,13 +44,15 @@ pub fn can_multiply(dtype: GgufDtype) -> bool {
 
 /// `out[m · rows + r] = Σ_j w[r, j] · x[m · cols + j]`: every row `r` of the
 /// matrix `w` (`rows` rows of `cols` values of `dtype`, whole blocks each)
-/// against every row `m` of `x`.
+/// against every row `m` of `x`, the activations entering as `activations`
+/// says.
 pub fn rows_times(
     dtype: GgufDtype,
     w: &[u8],
     cols: usize,
     x: &[f32],
     out: &mut [f32],
+    activations: Activations,
 ) -> Result<(), DequantError> {
     use GgufDtype::*;
     let block = dtype.block_size() as usize;
@@ -51,124 +71,217 @@ pub fn rows_times(
             type_size: type_size as u64,
         });
     }
+    let product = Product {
+        w,
+        row_bytes,
+        x,
+        cols,
+        activations,
+    };
     match dtype {
-        Q4_0 => run(w, row_bytes, x, cols, out, decoded(q4_0)),
-        Q4_1 => run(w, row_bytes, x, cols, out, decoded(q4_1)),
-        Q5_0 => run(w, row_bytes, x, cols, out, q5_0_dot),
-        Q5_1 => run(w, row_bytes, x, cols, out, decoded(q5_1)),
-        Q8_0 => run(w, row_bytes, x, cols, out, q8_0_dot),
-        Q2_K => run(w, row_bytes, x, cols, out, decoded(q2_k)),
-        Q3_K => run(w, row_bytes, x, cols, out, decoded(q3_k)),
-        Q4_K => run(w, row_bytes, x, cols, out, decoded(q4_k)),
-        Q5_K => run(w, row_bytes, x, cols, out, decoded(q5_k)),
-        Q6_K => run(w, row_bytes, x, cols, out, decoded(q6_k)),
+        Q4_0 => product.run(out, blocks::Q4_0),
+        Q4_1 => product.run(out, blocks::Q4_1),
+        Q5_0 => product.run(out, blocks::Q5_0),
+        Q5_1 => product.run(out, blocks::Q5_1),
+        Q8_0 => product.run(out, blocks::Q8_0),
+        Q2_K => product.run(out, blocks::Q2_K),
+        Q3_K => product.run(out, blocks::Q3_K),
+        Q4_K => product.run(out, blocks::Q4_K),
+        Q5_K => product.run(out, blocks::Q5_K),
+        Q6_K => product.run(out, blocks::Q6_K),
         other => return Err(DequantError::Unsupported(other)),
     }
     Ok(())
 }
 
-/// A block's dot product through its decoder: the `B` values decoded (as
-/// [`super::dequantize`] gives them), then multiplied in eight running sums.
-#[inline(always)]
-fn decoded<const N: usize, const B: usize>(
-    decode: fn(&[u8; N], &mut [f32; B]),
-) -> impl Fn(&[u8; N], &[f32]) -> f32 + Copy + Send + Sync {
-    move |block, xs| {
-        let mut values = [0f32; B];
-        decode(block, &mut values);
-        let mut sums = [0f32; 8];
-        for (v, x) in values.chunks_exact(8).zip(xs.chunks_exact(8)) {
-            for l in 0..8 {
-                sums[l] += v[l] * x[l];
-            }
-        }
-        sums.iter().sum()
-    }
+/// One row of activations prepared for a product: its values in groups of
+/// 16 (float32, or 8-bit integers with one scale per group) and each
+/// group's sum (needed by formats with an offset).
+enum Prepared {
+    /// Float32 values.
+    Float {
+        groups: Vec<[f32; GROUP]>,
+        sums: Vec<f32>,
+    },
+    /// 8-bit values, value ≈ `scales[g]` · q; `sums[g]` is the group's sum
+    /// of those approximations.
+    Int {
+        groups: Vec<[i8; GROUP]>,
+        scales: Vec<f32>,
+        sums: Vec<f32>,
+    },
 }
 
-/// The little-endian f16 at the start of a block, widened.
-#[inline(always)]
-fn f16_scale(block: &[u8]) -> f32 {
-    half::f16::from_bits(u16::from_le_bytes([block[0], block[1]])).to_f32()
-}
-
-/// Q8_0 (f16 `d`, 32 signed bytes): `d · Σ q·x`, the scale taken out of the
-/// sum.
-#[inline(always)]
-fn q8_0_dot(block: &[u8; 34], xs: &[f32]) -> f32 {
-    let (Ok(q), Ok(x)) = (
-        <&[u8; 32]>::try_from(&block[2..]),
-        <&[f32; 32]>::try_from(xs),
-    ) else {
-        return 0.0;
-    };
-    let mut sums = [0f32; 8];
-    for i in 0..32 {
-        sums[i % 8] += f32::from(q[i] as i8) * x[i];
-    }
-    f16_scale(block) * sums.iter().sum::<f32>()
-}
-
-/// Q5_0 (f16 `d`, 32 high bits, 16 bytes of low nibbles; value
-/// `d · (q − 16)`): `d · Σ (q − 16)·x`.
-#[inline(always)]
-fn q5_0_dot(block: &[u8; 22], xs: &[f32]) -> f32 {
-    let qh = u32::from_le_bytes([block[2], block[3], block[4], block[5]]);
-    let mut sums = [0f32; 8];
-    for (j, &q) in block[6..].iter().enumerate() {
-        let lo = (u32::from(q & 0x0F) | ((qh >> j) & 1) << 4) as i32 - 16;
-        let hi = (u32::from(q >> 4) | ((qh >> (j + 16)) & 1) << 4) as i32 - 16;
-        sums[j % 8] += lo as f32 * xs[j] + hi as f32 * xs[j + 16];
-    }
-    f16_scale(block) * sums.iter().sum::<f32>()
-}
-
-/// [`rows_times`] for one decoder: the matrix's rows in parallel, each
-/// against every row of `x`.
-fn run<const N: usize, D>(
-    w: &[u8],
-    row_bytes: usize,
-    x: &[f32],
-    cols: usize,
-    out: &mut [f32],
-    block_dot: D,
-) where
-    D: Fn(&[u8; N], &[f32]) -> f32 + Copy + Send + Sync,
-{
-    let values = cols / (row_bytes / N);
-    let rows = w.len() / row_bytes;
-    let inputs = x.len() / cols;
-    let mut products = vec![0f32; rows * inputs];
-    products
-        .par_chunks_mut(inputs)
-        .zip(w.par_chunks(row_bytes))
-        .with_min_len(MIN_ROWS_PER_TASK)
-        .for_each(|(dots, row)| {
-            for (dot, xs) in dots.iter_mut().zip(x.chunks_exact(cols)) {
-                *dot = row_dot(row, xs, values, block_dot);
-            }
+impl Prepared {
+    /// `x` (whole groups of 16) as `activations` asks.
+    fn new(x: &[f32], activations: Activations) -> Prepared {
+        let float_groups = x.chunks_exact(GROUP).map(|g| {
+            let mut group = [0f32; GROUP];
+            group.copy_from_slice(g);
+            group
         });
-    // `products` is row-major by matrix row; the output by input row.
-    for (r, dots) in products.chunks_exact(inputs).enumerate() {
-        for (m, &d) in dots.iter().enumerate() {
-            out[m * rows + r] = d;
+        match activations {
+            Activations::F32 => Prepared::Float {
+                groups: float_groups.collect(),
+                sums: x.chunks_exact(GROUP).map(|g| g.iter().sum()).collect(),
+            },
+            Activations::Int8 => {
+                let (mut groups, mut scales, mut sums) = (Vec::new(), Vec::new(), Vec::new());
+                for values in float_groups {
+                    let scale = values.iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0;
+                    let inverse = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+                    let q = values.map(|v| (v * inverse).round() as i8);
+                    sums.push(q.iter().map(|&v| i32::from(v)).sum::<i32>() as f32 * scale);
+                    groups.push(q);
+                    scales.push(scale);
+                }
+                Prepared::Int {
+                    groups,
+                    scales,
+                    sums,
+                }
+            }
         }
     }
 }
 
-/// One row of blocks dotted with `x` (`values` per block), block by block.
-#[multiversion(targets("x86_64+avx2+fma", "aarch64+neon"))]
-fn row_dot<const N: usize, D>(row: &[u8], x: &[f32], values: usize, block_dot: D) -> f32
-where
-    D: Fn(&[u8; N], &[f32]) -> f32 + Copy,
-{
-    let mut total = 0f32;
-    for (block, xs) in row.chunks_exact(N).zip(x.chunks_exact(values)) {
-        if let Ok(block) = block.try_into() {
-            total += block_dot(block, xs);
+/// A product's operands, before the block type is known.
+struct Product<'a> {
+    w: &'a [u8],
+    row_bytes: usize,
+    x: &'a [f32],
+    cols: usize,
+    activations: Activations,
+}
+
+impl Product<'_> {
+    /// The product for blocks of `format`: the matrix's rows in parallel,
+    /// each against every row of `x`.
+    fn run<const N: usize, const G: usize, F: Format<N, G>>(&self, out: &mut [f32], format: F) {
+        let prepared: Vec<Prepared> = self
+            .x
+            .chunks_exact(self.cols)
+            .map(|xs| Prepared::new(xs, self.activations))
+            .collect();
+        let dot = |row: &[u8], p: &Prepared| match p {
+            Prepared::Float { groups, sums } => float_row_dot(row, groups, sums, format),
+            Prepared::Int {
+                groups,
+                scales,
+                sums,
+            } => int_row_dot(row, groups, scales, sums, format),
+        };
+        let rows = self.w.len() / self.row_bytes;
+        let rows_per_task = (MIN_BYTES_PER_TASK / self.row_bytes).max(1);
+        if let [p] = prepared.as_slice() {
+            out.par_iter_mut()
+                .zip(self.w.par_chunks(self.row_bytes))
+                .with_min_len(rows_per_task)
+                .for_each(|(o, row)| *o = dot(row, p));
+            return;
+        }
+        let inputs = prepared.len();
+        let mut products = vec![0f32; rows * inputs];
+        products
+            .par_chunks_mut(inputs)
+            .zip(self.w.par_chunks(self.row_bytes))
+            .with_min_len(rows_per_task)
+            .for_each(|(dots, row)| {
+                for (d, p) in dots.iter_mut().zip(&prepared) {
+                    *d = dot(row, p);
+                }
+            });
+        // `products` is row-major by matrix row; the output by input row.
+        for (r, dots) in products.chunks_exact(inputs).enumerate() {
+            for (m, &d) in dots.iter().enumerate() {
+                out[m * rows + r] = d;
+            }
         }
     }
-    total
+}
+
+/// One row of blocks dotted with float32 activations `x` (16 values a
+/// group) whose group sums are `sums`: per group, scale · Σ q·x (+ offset ·
+/// Σ x), in eight running lanes.
+#[multiversion(targets("x86_64+avx2+fma", "aarch64+neon"))]
+fn float_row_dot<const N: usize, const G: usize, F: Format<N, G>>(
+    row: &[u8],
+    x: &[[f32; GROUP]],
+    sums: &[f32],
+    _format: F,
+) -> f32 {
+    let mut lanes = [0f32; 8];
+    let mut offsets = 0f32;
+    for ((block, xs), sums) in row
+        .chunks_exact(N)
+        .zip(x.chunks_exact(G))
+        .zip(sums.chunks_exact(G))
+    {
+        let Ok(block) = block.try_into() else {
+            continue;
+        };
+        let ints = F::decode(block);
+        for ((q, x), &scale) in ints.q.iter().zip(xs).zip(&ints.scales) {
+            for l in 0..8 {
+                let pair = f32::from(q[2 * l]) * x[2 * l] + f32::from(q[2 * l + 1]) * x[2 * l + 1];
+                lanes[l] += scale * pair;
+            }
+        }
+        if let Some(o) = &ints.offsets {
+            offsets += o.iter().zip(sums).map(|(o, s)| o * s).sum::<f32>();
+        }
+    }
+    lanes.iter().sum::<f32>() + offsets
+}
+
+/// One row of blocks dotted with 8-bit activations `x` (16 values a group,
+/// `scales[g]` for group `g`, group sums `sums`): per group, the integer
+/// Σ q·x, scaled by the weights' and the activations' scales, in two
+/// alternating sets of eight running lanes.
+#[multiversion(targets("x86_64+avx2+fma", "aarch64+neon"))]
+fn int_row_dot<const N: usize, const G: usize, F: Format<N, G>>(
+    row: &[u8],
+    x: &[[i8; GROUP]],
+    scales: &[f32],
+    sums: &[f32],
+    _format: F,
+) -> f32 {
+    let mut lanes = [[0f32; 8]; 2];
+    let mut offsets = 0f32;
+    for (((block, xs), x_scales), sums) in row
+        .chunks_exact(N)
+        .zip(x.chunks_exact(G))
+        .zip(scales.chunks_exact(G))
+        .zip(sums.chunks_exact(G))
+    {
+        let Ok(block) = block.try_into() else {
+            continue;
+        };
+        let ints = F::decode(block);
+        for (g, (((q, x), &scale), &x_scale)) in ints
+            .q
+            .iter()
+            .zip(xs)
+            .zip(&ints.scales)
+            .zip(x_scales)
+            .enumerate()
+        {
+            let mut pairs = [0i32; 8];
+            for (l, p) in pairs.iter_mut().enumerate() {
+                *p = i32::from(q[2 * l]) * i32::from(x[2 * l])
+                    + i32::from(q[2 * l + 1]) * i32::from(x[2 * l + 1]);
+            }
+            let scale = scale * x_scale;
+            let lanes = &mut lanes[g % 2];
+            for l in 0..8 {
+                lanes[l] += scale * pairs[l] as f32;
+            }
+        }
+        if let Some(o) = &ints.offsets {
+            offsets += o.iter().zip(sums).map(|(o, s)| o * s).sum::<f32>();
+        }
+    }
+    lanes.iter().flatten().sum::<f32>() + offsets
 }
 
 #[cfg(test)]
@@ -212,18 +325,21 @@ mod tests {
         bytes
     }
 
-    #[test]
-    fn every_block_type_multiplies_as_its_dequantized_rows_do() {
-        use GgufDtype::*;
-        for dtype in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K] {
-            let (rows, cols, inputs) = (37, 512, 3);
+    /// The products of `dtype` rows with `x` as `activations`, against the
+    /// f64 sums of the dequantized rows' products: within `f32_tolerance` of
+    /// Σ |w·x| for float32 activations; for 8-bit ones, within the largest
+    /// error their rounding allows (each value off by at most half its
+    /// group's step, amax/254 over 16 values) plus the same float tolerance.
+    fn check_products(dtype: GgufDtype, activations: Activations) {
+        let f32_tolerance = 1e-6;
+        for (rows, cols, inputs) in [(37, 512, 3), (5, 256, 1)] {
             let blocks_per_row = cols / dtype.block_size() as usize;
             let w = blocks(dtype, rows * blocks_per_row, dtype.id() as u64 + 7);
             let x: Vec<f32> = (0..inputs * cols)
                 .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
                 .collect();
             let mut ours = vec![0f32; rows * inputs];
-            rows_times(dtype, &w, cols, &x, &mut ours).unwrap();
+            rows_times(dtype, &w, cols, &x, &mut ours, activations).unwrap();
             let dense = dequantize(dtype, &w).unwrap();
             for m in 0..inputs {
                 for r in 0..rows {
@@ -239,13 +355,65 @@ mod tests {
                         .zip(xs)
                         .map(|(a, b)| (f64::from(*a) * f64::from(*b)).abs())
                         .sum();
+                    let rounding: f64 = match activations {
+                        Activations::F32 => 0.0,
+                        Activations::Int8 => row
+                            .chunks_exact(16)
+                            .zip(xs.chunks_exact(16))
+                            .map(|(w, x)| {
+                                let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+                                let w_abs: f64 = w.iter().map(|v| f64::from(v.abs())).sum();
+                                w_abs * f64::from(amax) / 254.0
+                            })
+                            .sum(),
+                    };
                     let got = f64::from(ours[m * rows + r]);
                     assert!(
-                        (got - exact).abs() <= 1e-6 * scale.max(1e-30),
-                        "{dtype}: row {r}, input {m}: {got} against {exact}"
+                        (got - exact).abs() <= rounding * 1.0001 + f32_tolerance * scale.max(1e-30),
+                        "{dtype} {activations:?}: row {r}, input {m}: {got} against {exact}"
                     );
                 }
             }
+        }
+    }
+
+    #[test]
+    fn every_block_type_multiplies_float_activations_as_its_dequantized_rows_do() {
+        use GgufDtype::*;
+        for dtype in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K] {
+            check_products(dtype, Activations::F32);
+        }
+    }
+
+    #[test]
+    fn every_block_type_multiplies_8_bit_activations_within_their_rounding() {
+        use GgufDtype::*;
+        for dtype in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K] {
+            check_products(dtype, Activations::Int8);
+        }
+    }
+
+    #[test]
+    fn activations_on_the_8_bit_grid_multiply_exactly() {
+        // Every value a multiple of its group's step (amax/127 with amax =
+        // 1.27 in every group of 16): the 8-bit activations are exact, so the
+        // product is the float one up to float rounding.
+        let dtype = GgufDtype::Q4_K;
+        let w = blocks(dtype, 4, 3);
+        let x: Vec<f32> = (0..256)
+            .map(|i| {
+                if i % 16 == 0 {
+                    1.27
+                } else {
+                    ((i * 37) % 255) as f32 / 100.0 - 1.27
+                }
+            })
+            .collect();
+        let (mut float, mut int) = (vec![0f32; 4], vec![0f32; 4]);
+        rows_times(dtype, &w, 256, &x, &mut float, Activations::F32).unwrap();
+        rows_times(dtype, &w, 256, &x, &mut int, Activations::Int8).unwrap();
+        for (f, i) in float.iter().zip(&int) {
+            assert!((f - i).abs() <= 1e-5 * f.abs().max(1.0), "{f} against {i}");
         }
     }
 
@@ -255,13 +423,13 @@ mod tests {
         let x = vec![0f32; 48];
         let mut out = vec![0f32; 4];
         // 48 values per row are not whole 32-value blocks.
-        assert!(rows_times(GgufDtype::Q8_0, &w, 48, &x, &mut out).is_err());
+        assert!(rows_times(GgufDtype::Q8_0, &w, 48, &x, &mut out, Activations::F32).is_err());
         // An output of the wrong size.
         let x = vec![0f32; 64];
         let mut out = vec![0f32; 3];
-        assert!(rows_times(GgufDtype::Q8_0, &w, 64, &x, &mut out).is_err());
+        assert!(rows_times(GgufDtype::Q8_0, &w, 64, &x, &mut out, Activations::F32).is_err());
         // A type that is not a block type.
         let mut out = vec![0f32; 2];
-        assert!(rows_times(GgufDtype::F32, &w, 64, &x, &mut out).is_err());
+        assert!(rows_times(GgufDtype::F32, &w, 64, &x, &mut out, Activations::Int8).is_err());
     }
 }

@@ -14,6 +14,7 @@
 //! matrix, one 640-element row per token. [`GgufTensorInfo::row_major_shape`]
 //! does the reversal.
 
+mod blocks;
 mod dequant;
 mod dot;
 mod dtype;
@@ -28,7 +29,7 @@ use std::path::{Path, PathBuf};
 use memmap2::Mmap;
 
 pub use dequant::{dequantize, DequantError};
-pub use dot::{can_multiply, rows_times};
+pub use dot::{can_multiply, rows_times, Activations};
 pub use dtype::GgufDtype;
 pub use error::{GgufError, GgufProblem};
 pub use reader::DEFAULT_ALIGNMENT;

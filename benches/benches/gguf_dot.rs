@@ -1,0 +1,58 @@
+//! Our CPU kernels over GGUF blocks as stored (`gemma::weights::gguf::rows_times`),
+//! one row of activations (a decode step) against the default model's own
+//! matrices: the tied embedding (the logits' product, most of the file's
+//! bytes) and layer 0's projections, with float32 and 8-bit activations.
+//! Throughput is the matrix's bytes. Needs the default model (`cargo xtask
+//! setup`); without it the benchmark says so and measures nothing.
+
+use std::path::Path;
+use std::time::Duration;
+
+use benches::or_exit;
+use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
+use gemma::weights::gguf::{can_multiply, rows_times, Activations, GgufFile};
+
+/// The tensors measured: the embedding and layer 0's projections.
+fn measured(name: &str) -> bool {
+    name == "token_embd.weight" || name.starts_with("blk.0.")
+}
+
+fn main() {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/model/gemma-3-270m-q4_k_m.gguf");
+    if !path.exists() {
+        println!("SKIPPED: the default model {} is missing", path.display());
+        return;
+    }
+    let file = or_exit(GgufFile::open(&path));
+    let mut c = Criterion::default()
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+        .configure_from_args();
+    let mut group = c.benchmark_group("gguf_rows_times");
+    group.sample_size(10).sampling_mode(SamplingMode::Flat);
+    for info in file.tensors() {
+        let shape = info.row_major_shape();
+        if !measured(&info.name) || shape.len() != 2 || !can_multiply(info.dtype) {
+            continue;
+        }
+        let (rows, cols) = (shape[0] as usize, shape[1] as usize);
+        let w = file.tensor_bytes(info);
+        let x: Vec<f32> = (0..cols)
+            .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
+            .collect();
+        let mut out = vec![0f32; rows];
+        group.throughput(Throughput::Bytes(w.len() as u64));
+        for (label, activations) in [("f32", Activations::F32), ("int8", Activations::Int8)] {
+            let id = BenchmarkId::new(
+                format!("{}/{}", info.name, label),
+                format!("{}_{rows}x{cols}", info.dtype),
+            );
+            group.bench_function(id, |b| {
+                b.iter(|| or_exit(rows_times(info.dtype, w, cols, &x, &mut out, activations)))
+            });
+        }
+    }
+    group.finish();
+    c.final_summary();
+}
