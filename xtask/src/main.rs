@@ -109,6 +109,11 @@ enum Task {
         /// Chunks of the KLD sweep timing (0 skips it).
         #[arg(long, default_value_t = 2)]
         kld_chunks: usize,
+        /// Rounds of the comparison with llama.cpp on the same GGUF file (0
+        /// skips it; the first run builds llama.cpp under target/llamacpp,
+        /// about 9 minutes on 2 cores).
+        #[arg(long, default_value_t = 2)]
+        llama_rounds: usize,
     },
     /// Set up, build the fuzz targets of fuzz/ (nightly, cargo-fuzz) and run one or all of
     /// them, replaying fuzz/regressions/ first; a crashing input is kept there.
@@ -175,6 +180,7 @@ fn run(task: Task) -> anyhow::Result<()> {
             shipped_rounds,
             flatness,
             kld_chunks,
+            llama_rounds,
         } => bench::run(
             &workspace,
             &bench::BenchOptions {
@@ -182,6 +188,7 @@ fn run(task: Task) -> anyhow::Result<()> {
                 shipped_rounds,
                 flatness,
                 kld_chunks,
+                llama_rounds,
             },
         ),
         Task::Fuzz {

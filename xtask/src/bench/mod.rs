@@ -1,5 +1,6 @@
 //! `cargo xtask bench`: this engine against mlx-lm 0.32.2 on the default
-//! model, in the same run, alternating; see `report.rs` for what it writes.
+//! model, in the same run, alternating, then against llama.cpp on the same
+//! GGUF file (`llamacpp.rs`); see `report.rs` for what it writes.
 //!
 //! Two comparisons. Same settings: mlx-lm in `target/py/venv` (MLX 0.32.4,
 //! OpenBLAS), float32 weights converted from the default model, against our
@@ -8,6 +9,7 @@
 //! our defaults.
 
 mod engines;
+mod llamacpp;
 mod plan;
 mod report;
 mod stats;
@@ -40,6 +42,8 @@ pub struct BenchOptions {
     pub flatness: bool,
     /// Chunks of the KLD sweep (0 skips it).
     pub kld_chunks: usize,
+    /// Rounds of the comparison with llama.cpp (0 skips it and its build).
+    pub llama_rounds: usize,
 }
 
 /// Prompt lengths of the prompt-speed cases, and tokens generated after them.
@@ -71,6 +75,7 @@ pub struct Measured {
     agreement: Vec<report::Agreement>,
     flatness: Option<serde_json::Value>,
     kld: Option<report::KldTiming>,
+    llama_cpp: Option<llamacpp::LlamaComparison>,
 }
 
 /// Runs the benchmark and writes `target/bench/report.{md,json}`.
@@ -159,6 +164,18 @@ pub fn run(workspace: &Workspace, options: &BenchOptions) -> Result<()> {
     } else {
         None
     };
+    let llama_cpp = if options.llama_rounds > 0 {
+        let llama_bench = llamacpp::ensure_built(workspace)?;
+        let model = workspace.model_root().join(crate::model::MODEL_FILE);
+        Some(llamacpp::compare(
+            &llama_bench,
+            &binary,
+            &model,
+            options.llama_rounds,
+        )?)
+    } else {
+        None
+    };
 
     let measured = Measured {
         same_ours,
@@ -170,6 +187,7 @@ pub fn run(workspace: &Workspace, options: &BenchOptions) -> Result<()> {
         agreement,
         flatness,
         kld,
+        llama_cpp,
     };
     report::write(&out, &measured, started.elapsed().as_secs_f64())?;
     chart(workspace, &reference.python, &out)

@@ -8,6 +8,7 @@ use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
 use crate::bench::engines::RunOutput;
+use crate::bench::llamacpp::{LlamaComparison, GENERATED, PROMPT};
 use crate::bench::plan::{case_name, Kv};
 use crate::bench::stats::{common_prefix, median_of, row, Figure, Row};
 use crate::bench::{Measured, CHART_CONTEXTS, CHART_TOKENS, PROMPT_CASES, SHIPPED_CASE};
@@ -242,6 +243,9 @@ pub fn write(out: &Path, m: &Measured, seconds: f64) -> Result<()> {
             kld.two_forwards_s / kld.one_pass_s
         );
     }
+    if let Some(llama) = &m.llama_cpp {
+        md.push_str(&llama_section(llama));
+    }
     let chart: Vec<(usize, Option<f64>, Option<f64>)> = CHART_CONTEXTS
         .iter()
         .map(|&c| {
@@ -271,4 +275,47 @@ pub fn write(out: &Path, m: &Measured, seconds: f64) -> Result<()> {
         json_path.display()
     );
     Ok(())
+}
+
+/// The llama.cpp section: medians per engine and ours against llama.cpp.
+fn llama_section(l: &LlamaComparison) -> String {
+    let median = |values: &[f64]| {
+        let mut sorted: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
+        sorted.sort_by(f64::total_cmp);
+        match sorted.len() {
+            0 => f64::NAN,
+            n if n % 2 == 1 => sorted[n / 2],
+            n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+        }
+    };
+    let mut md = format!(
+        "\n## llama.cpp, same GGUF file\n\nllama.cpp {} built here with `GGML_NATIVE=ON`, \
+         `llama-bench -p {PROMPT} -n {GENERATED} -t {}`, against `gemma-mlx generate \
+         --synthetic-prompt {PROMPT} --max-tokens {GENERATED}`; medians of {} alternating \
+         rounds, peak resident memory from GNU time.\n\n\
+         | engine | prompt tok/s ↑ | generation tok/s ↑ | peak RSS MiB ↓ | prompt / llama.cpp | \
+         generation / llama.cpp |\n|---|---|---|---|---|---|\n",
+        l.commit,
+        l.threads,
+        l.engines.first().map_or(0, |e| e.generation_tps.len())
+    );
+    let base = l.engines.first();
+    for e in &l.engines {
+        let (p, g, r) = (
+            median(&e.prompt_tps),
+            median(&e.generation_tps),
+            median(&e.peak_rss_mib),
+        );
+        let (bp, bg) = base.map_or((f64::NAN, f64::NAN), |b| {
+            (median(&b.prompt_tps), median(&b.generation_tps))
+        });
+        let _ = writeln!(
+            md,
+            "| {} | {p:.1} | {g:.2} | {r:.0} | {:.2}× | {:.2}× |",
+            e.engine,
+            p / bp,
+            g / bg
+        );
+    }
+    md
 }

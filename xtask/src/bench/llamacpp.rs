@@ -1,0 +1,242 @@
+//! llama.cpp beside ours on the CPU, on the default model's own GGUF file:
+//! built once from the source in `../shared/llamacpp/` (`GGML_NATIVE=ON`,
+//! about 9 minutes on 2 cores) under `target/llamacpp/`, then `llama-bench`
+//! and `gemma-mlx generate` (native and dequantized weights) alternate,
+//! prompt 512 and 128 generated tokens as `llama-bench -p 512 -n 128`
+//! measures them, each process's peak resident memory taken by GNU time.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+
+use crate::command;
+use crate::python;
+use crate::workspace::Workspace;
+
+/// The vendored llama.cpp's commit (its tarball's name).
+const COMMIT: &str = "0c1e570";
+/// Prompt tokens and generated tokens of every run.
+pub const PROMPT: usize = 512;
+/// Generated tokens of every run.
+pub const GENERATED: usize = 128;
+
+/// One engine's figures over the rounds.
+#[derive(Clone, Debug, Serialize)]
+pub struct EngineFigures {
+    /// What ran.
+    pub engine: String,
+    /// Prompt tokens per second, one per round.
+    pub prompt_tps: Vec<f64>,
+    /// Generated tokens per second, one per round.
+    pub generation_tps: Vec<f64>,
+    /// Peak resident memory of the process, MiB, one per round.
+    pub peak_rss_mib: Vec<f64>,
+}
+
+/// llama.cpp and our two weight storages on the same file.
+#[derive(Clone, Debug, Serialize)]
+pub struct LlamaComparison {
+    /// llama.cpp's commit.
+    pub commit: String,
+    /// Threads every engine used.
+    pub threads: usize,
+    /// llama.cpp first, then ours with native and with dequantized weights.
+    pub engines: Vec<EngineFigures>,
+}
+
+/// `llama-bench`, built under `target/llamacpp/` unless it is there.
+pub fn ensure_built(workspace: &Workspace) -> Result<PathBuf> {
+    let dir = workspace.root().join("target/llamacpp");
+    let tree = dir.join("llama.cpp");
+    let binary = tree.join("build/bin/llama-bench");
+    if binary.is_file() {
+        return Ok(binary);
+    }
+    let tarball = workspace
+        .root()
+        .join(format!("../shared/llamacpp/llama.cpp-{COMMIT}.tar.xz"));
+    if !tarball.is_file() {
+        bail!(
+            "llama.cpp's source {} is missing; run with --no-llama-cpp to leave llama.cpp out",
+            tarball.display()
+        );
+    }
+    fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let cmake = cmake(&dir)?;
+    if !tree.is_dir() {
+        command::run(
+            Command::new("tar")
+                .arg("xJf")
+                .arg(&tarball)
+                .arg("-C")
+                .arg(&dir),
+        )?;
+    }
+    println!("bench: building llama.cpp {COMMIT} for this CPU (about 9 minutes on 2 cores)");
+    command::run(Command::new(&cmake).current_dir(&tree).args([
+        "-B",
+        "build",
+        "-DCMAKE_BUILD_TYPE=Release",
+        "-DGGML_NATIVE=ON",
+        "-DLLAMA_BUILD_TESTS=OFF",
+        "-DLLAMA_BUILD_EXAMPLES=OFF",
+        "-DLLAMA_BUILD_SERVER=OFF",
+        "-DLLAMA_CURL=OFF",
+    ]))?;
+    let jobs = std::thread::available_parallelism().map_or(2, |n| n.get());
+    command::run(Command::new(&cmake).current_dir(&tree).args([
+        "--build",
+        "build",
+        "--target",
+        "llama-bench",
+        "-j",
+        &jobs.to_string(),
+    ]))?;
+    if !binary.is_file() {
+        bail!("the llama.cpp build did not produce {}", binary.display());
+    }
+    Ok(binary)
+}
+
+/// `cmake` from the PATH, else from PyPI's `cmake` wheel installed under `dir`.
+fn cmake(dir: &Path) -> Result<PathBuf> {
+    if command::capture(Command::new("cmake").arg("--version")).is_ok_and(|o| o.status.success()) {
+        return Ok(PathBuf::from("cmake"));
+    }
+    let target = dir.join("cmake-wheel");
+    let binary = target.join("cmake/data/bin/cmake");
+    if !binary.is_file() {
+        let mut pip = python::pip(&["install", "--target"]);
+        pip.arg(&target).arg("cmake");
+        command::run(&mut pip).context("cmake is missing and pip could not install it")?;
+    }
+    Ok(binary)
+}
+
+/// Runs llama.cpp and ours, alternating, `rounds` times.
+pub fn compare(
+    llama_bench: &Path,
+    gemma_mlx: &Path,
+    model: &Path,
+    rounds: usize,
+) -> Result<LlamaComparison> {
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let mut engines = vec![
+        figures(format!("llama.cpp {COMMIT}, -t {threads}")),
+        figures("gemma-mlx, --weights native".into()),
+        figures("gemma-mlx, --weights dequantized".into()),
+    ];
+    for round in 0..rounds {
+        println!("bench: llama.cpp beside ours, round {}/{rounds}", round + 1);
+        let mut llama = Command::new(llama_bench);
+        llama
+            .arg("-m")
+            .arg(model)
+            .args(["-p", &PROMPT.to_string(), "-n", &GENERATED.to_string()])
+            .args(["-t", &threads.to_string(), "-r", "1", "-o", "json"]);
+        let (stdout, rss) = timed(&mut llama)?;
+        let (prompt, generation) = llama_figures(&stdout)?;
+        push(&mut engines[0], prompt, generation, rss);
+        for (slot, weights) in [(1, "native"), (2, "dequantized")] {
+            let mut ours = Command::new(gemma_mlx);
+            ours.args(["generate", "--json", "--weights", weights])
+                .args(["--synthetic-prompt", &PROMPT.to_string()])
+                .args(["--max-tokens", &GENERATED.to_string()])
+                .args(["--logit-bias", "1=-1e30", "--logit-bias", "106=-1e30"])
+                .arg("--model")
+                .arg(model);
+            let (stdout, rss) = timed(&mut ours)?;
+            let last = stdout.lines().last().unwrap_or_default();
+            let json: serde_json::Value = serde_json::from_str(last)
+                .with_context(|| format!("gemma-mlx generate printed no JSON last: {last}"))?;
+            let field = |name: &str| json[name].as_f64().unwrap_or(f64::NAN);
+            push(
+                &mut engines[slot],
+                field("prompt_tps"),
+                field("generation_tps"),
+                rss,
+            );
+        }
+    }
+    Ok(LlamaComparison {
+        commit: COMMIT.into(),
+        threads,
+        engines,
+    })
+}
+
+fn figures(engine: String) -> EngineFigures {
+    EngineFigures {
+        engine,
+        prompt_tps: Vec::new(),
+        generation_tps: Vec::new(),
+        peak_rss_mib: Vec::new(),
+    }
+}
+
+fn push(figures: &mut EngineFigures, prompt: f64, generation: f64, rss_mib: f64) {
+    figures.prompt_tps.push(prompt);
+    figures.generation_tps.push(generation);
+    figures.peak_rss_mib.push(rss_mib);
+}
+
+/// Runs `command` under GNU time: its stdout and its peak resident memory
+/// in MiB (NaN when GNU time is missing).
+fn timed(command: &mut Command) -> Result<(String, f64)> {
+    let time = Path::new("/usr/bin/time");
+    if !time.is_file() {
+        return Ok((command::stdout_of(command)?, f64::NAN));
+    }
+    let report = tempfile_path("rss");
+    let mut wrapped = Command::new(time);
+    wrapped
+        .arg("-o")
+        .arg(&report)
+        .args(["-f", "%M"])
+        .arg(command.get_program())
+        .args(command.get_args());
+    let stdout = command::stdout_of(&mut wrapped)?;
+    let kib: f64 = fs::read_to_string(&report)
+        .ok()
+        .and_then(|t| t.lines().last().and_then(|l| l.trim().parse().ok()))
+        .unwrap_or(f64::NAN);
+    let _ = fs::remove_file(&report);
+    Ok((stdout, kib / 1024.0))
+}
+
+/// A scratch file name in the system's temporary folder.
+fn tempfile_path(stem: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("gemma-mlx-bench-{stem}-{}", std::process::id()))
+}
+
+/// Prompt and generation tokens per second from `llama-bench -o json`: the
+/// test with a prompt and no generation, and the one with generation only.
+fn llama_figures(stdout: &str) -> Result<(f64, f64)> {
+    let tests: Vec<serde_json::Value> =
+        serde_json::from_str(stdout).context("llama-bench printed no JSON array")?;
+    let rate = |prompt: bool| {
+        tests
+            .iter()
+            .find(|t| (t["n_prompt"].as_u64().unwrap_or(0) > 0) == prompt)
+            .and_then(|t| t["avg_ts"].as_f64())
+            .context("llama-bench's JSON lacks a test")
+    };
+    Ok((rate(true)?, rate(false)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn llama_bench_json_gives_prompt_and_generation_rates() {
+        let json = r#"[{"n_prompt": 512, "n_gen": 0, "avg_ts": 650.5},
+                       {"n_prompt": 0, "n_gen": 128, "avg_ts": 77.25}]"#;
+        assert_eq!(llama_figures(json).unwrap(), (650.5, 77.25));
+        assert!(llama_figures("[]").is_err());
+        assert!(llama_figures("not json").is_err());
+    }
+}
