@@ -1082,6 +1082,22 @@ fn hf_index_shard_outside_the_folder() {
 }
 
 #[test]
+fn hf_index_shard_names_that_are_not_file_names() {
+    // Found by the safetensors fuzz target: "" joined to the folder is the
+    // folder itself.
+    for name in ["", "."] {
+        let (_dir, path) = hf_folder(false);
+        let index = write_index(&path, &[("model.norm.weight", name)]);
+        expect_failure(
+            "hf index shard that is not a file name",
+            &folder(&path),
+            &index,
+            &[&format!("shard name '{name}' is not a file name")],
+        );
+    }
+}
+
+#[test]
 fn hf_index_is_not_json() {
     let (_dir, path) = hf_folder(false);
     let index = path.join("model.safetensors.index.json");

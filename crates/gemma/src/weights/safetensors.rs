@@ -52,6 +52,14 @@ pub fn shard_files(folder: &Path) -> Result<Vec<PathBuf>, WeightsError> {
             if name.contains('/') || name.contains("..") {
                 return Err(invalid(format!("shard name '{name}' leaves the folder")));
             }
+            // One plain file name: not empty, not "." (the folder itself).
+            let mut parts = Path::new(name).components();
+            if !matches!(
+                (parts.next(), parts.next()),
+                (Some(std::path::Component::Normal(_)), None)
+            ) {
+                return Err(invalid(format!("shard name '{name}' is not a file name")));
+            }
             let path = folder.join(name);
             if !files.contains(&path) {
                 files.push(path);
