@@ -10,7 +10,7 @@ use serde::Serialize;
 use crate::bench::engines::RunOutput;
 use crate::bench::llamacpp::{LlamaComparison, GENERATED, PROMPT};
 use crate::bench::plan::{case_name, Kv};
-use crate::bench::stats::{common_prefix, median_of, row, Figure, Row};
+use crate::bench::stats::{common_prefix, median, median_of, row, Figure, Row};
 use crate::bench::{Measured, CHART_CONTEXTS, CHART_TOKENS, PROMPT_CASES, SHIPPED_CASE};
 
 /// How far the two engines' greedy tokens agree on one case.
@@ -279,15 +279,7 @@ pub fn write(out: &Path, m: &Measured, seconds: f64) -> Result<()> {
 
 /// The llama.cpp section: medians per engine and ours against llama.cpp.
 fn llama_section(l: &LlamaComparison) -> String {
-    let median = |values: &[f64]| {
-        let mut sorted: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
-        sorted.sort_by(f64::total_cmp);
-        match sorted.len() {
-            0 => f64::NAN,
-            n if n % 2 == 1 => sorted[n / 2],
-            n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
-        }
-    };
+    let mid = |values: &[f64]| median(values).unwrap_or(f64::NAN);
     let mut md = format!(
         "\n## llama.cpp, same GGUF file\n\nllama.cpp {} built here with `GGML_NATIVE=ON`, \
          `llama-bench -p {PROMPT} -n {GENERATED} -t {}`, against `gemma-mlx generate \
@@ -299,16 +291,15 @@ fn llama_section(l: &LlamaComparison) -> String {
         l.threads,
         l.engines.first().map_or(0, |e| e.generation_tps.len())
     );
-    let base = l.engines.first();
+    let (bp, bg) = l.engines.first().map_or((f64::NAN, f64::NAN), |b| {
+        (mid(&b.prompt_tps), mid(&b.generation_tps))
+    });
     for e in &l.engines {
         let (p, g, r) = (
-            median(&e.prompt_tps),
-            median(&e.generation_tps),
-            median(&e.peak_rss_mib),
+            mid(&e.prompt_tps),
+            mid(&e.generation_tps),
+            mid(&e.peak_rss_mib),
         );
-        let (bp, bg) = base.map_or((f64::NAN, f64::NAN), |b| {
-            (median(&b.prompt_tps), median(&b.generation_tps))
-        });
         let _ = writeln!(
             md,
             "| {} | {p:.1} | {g:.2} | {r:.0} | {:.2}× | {:.2}× |",
