@@ -1,7 +1,9 @@
 //! Our CPU kernels over GGUF blocks as stored (`gemma::weights::gguf::rows_times`),
 //! one row of activations (a decode step) against the default model's own
 //! matrices: the tied embedding (the logits' product, most of the file's
-//! bytes) and layer 0's projections, with float32 and 8-bit activations.
+//! bytes) and layer 0's projections, with float32 and 8-bit activations,
+//! and with 8-bit ones through the portable Rust kernels too (`int8-rust`:
+//! what CPUs without AVX2, and types `mlx-c` has no kernel for, run).
 //! Throughput is the matrix's bytes. Needs the default model (`cargo xtask
 //! setup`); without it the benchmark says so and measures nothing.
 
@@ -10,7 +12,7 @@ use std::time::Duration;
 
 use benches::or_exit;
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
-use gemma::weights::gguf::{can_multiply, rows_times, Activations, GgufFile};
+use gemma::weights::gguf::{can_multiply, rows_times_with, Activations, GgufFile, Kernels};
 
 /// The tensors measured: the embedding and layer 0's projections.
 fn measured(name: &str) -> bool {
@@ -43,13 +45,27 @@ fn main() {
             .collect();
         let mut out = vec![0f32; rows];
         group.throughput(Throughput::Bytes(w.len() as u64));
-        for (label, activations) in [("f32", Activations::F32), ("int8", Activations::Int8)] {
+        for (label, activations, kernels) in [
+            ("f32", Activations::F32, Kernels::Fastest),
+            ("int8", Activations::Int8, Kernels::Fastest),
+            ("int8-rust", Activations::Int8, Kernels::Portable),
+        ] {
             let id = BenchmarkId::new(
                 format!("{}/{}", info.name, label),
                 format!("{}_{rows}x{cols}", info.dtype),
             );
             group.bench_function(id, |b| {
-                b.iter(|| or_exit(rows_times(info.dtype, w, cols, &x, &mut out, activations)))
+                b.iter(|| {
+                    or_exit(rows_times_with(
+                        info.dtype,
+                        w,
+                        cols,
+                        &x,
+                        &mut out,
+                        activations,
+                        kernels,
+                    ))
+                })
             });
         }
     }

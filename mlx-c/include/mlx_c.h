@@ -323,6 +323,20 @@ int mlx_cpu_kernel(mlx_array* out, mlx_cpu_kernel_fn fn, void* ctx,
                    void (*ctx_free)(void* ctx), const mlx_array* inputs,
                    size_t n, const int* shape, size_t ndim, mlx_dtype dtype,
                    mlx_stream s);
+/** Whether `mlx_block_rows_dot` has a kernel for ggml block type `ggml_type`
+ * on this CPU (x86-64 with AVX2, FMA and F16C; types Q4_0, Q5_0, Q8_0, Q4_K,
+ * Q5_K and Q6_K). */
+int mlx_block_rows_dot_available(bool* out, uint32_t ggml_type);
+/** out[r] = Σ_j w[r, j] · x_j for `rows` rows of `cols` values of ggml type
+ * `ggml_type`, stored one after another as whole blocks (`row_bytes` bytes a
+ * row), against activations quantized to 8 bits per 16 values: x_j ≈
+ * x_scales[j / 16] · x[j] with x in [-127, 127], and x_sums[g] the sum of
+ * group g's approximations. Fails for a type without a kernel on this CPU or
+ * a row size that does not match the type. */
+int mlx_block_rows_dot(float* out, uint32_t ggml_type, const uint8_t* w,
+                       size_t rows, size_t row_bytes, size_t cols,
+                       const int8_t* x, const float* x_scales,
+                       const float* x_sums);
 /** alpha * (a @ b) + beta * c */
 int mlx_addmm(mlx_array* out, mlx_array c, mlx_array a, mlx_array b,
               float alpha, float beta, mlx_stream s);

@@ -6,6 +6,7 @@
 //! project lives here and in `mlx-sys`.
 
 mod array;
+pub mod block_dot;
 pub mod compile;
 pub mod cpu_kernel;
 pub mod device;

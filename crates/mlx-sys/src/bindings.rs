@@ -566,6 +566,24 @@ unsafe extern "C" {
     ) -> ::std::os::raw::c_int;
 }
 unsafe extern "C" {
+    #[doc = " Whether `mlx_block_rows_dot` has a kernel for ggml block type `ggml_type`\n on this CPU (x86-64 with AVX2, FMA and F16C; types Q4_0, Q5_0, Q8_0, Q4_K,\n Q5_K and Q6_K)."]
+    pub fn mlx_block_rows_dot_available(out: *mut bool, ggml_type: u32) -> ::std::os::raw::c_int;
+}
+unsafe extern "C" {
+    #[doc = " out[r] = Σ_j w[r, j] · x_j for `rows` rows of `cols` values of ggml type\n `ggml_type`, stored one after another as whole blocks (`row_bytes` bytes a\n row), against activations quantized to 8 bits per 16 values: x_j ≈\n x_scales[j / 16] · x[j] with x in [-127, 127], and x_sums[g] the sum of\n group g's approximations. Fails for a type without a kernel on this CPU or\n a row size that does not match the type."]
+    pub fn mlx_block_rows_dot(
+        out: *mut f32,
+        ggml_type: u32,
+        w: *const u8,
+        rows: usize,
+        row_bytes: usize,
+        cols: usize,
+        x: *const i8,
+        x_scales: *const f32,
+        x_sums: *const f32,
+    ) -> ::std::os::raw::c_int;
+}
+unsafe extern "C" {
     #[doc = " alpha * (a @ b) + beta * c"]
     pub fn mlx_addmm(
         out: *mut mlx_array,

@@ -27,6 +27,15 @@ pub enum DequantError {
         /// Bytes per block of that type.
         type_size: u64,
     },
+    /// A product kernel of `mlx-c` failed.
+    #[error("block product kernel: {0}")]
+    Kernel(String),
+}
+
+impl From<mlx_core::Error> for DequantError {
+    fn from(e: mlx_core::Error) -> Self {
+        DequantError::Kernel(e.to_string())
+    }
 }
 
 /// Blocks handed to one rayon task at least, so that tiny blocks do not drown in scheduling.

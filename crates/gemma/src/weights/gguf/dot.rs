@@ -5,9 +5,12 @@
 //! written out. The activations enter in float32 ([`Activations::F32`], the
 //! exact path) or quantized to 8 bits per group of 16 values
 //! ([`Activations::Int8`], as llama.cpp does per block), the integers then
-//! multiplied as integers. Rows run in parallel; an AVX2 build of the inner loop is
-//! picked at run time where the CPU has it.
+//! multiplied as integers. Rows run in parallel. With 8-bit activations,
+//! `mlx-c`'s AVX2 kernels ([`mlx_core::block_dot`]) take the types they
+//! cover on CPUs that have AVX2; the Rust kernels here take the rest (an
+//! AVX2 build of their inner loop picked at run time where the CPU has it).
 
+use mlx_core::block_dot::{block_rows_dot, block_rows_dot_available, Int8Activations};
 use multiversion::multiversion;
 use rayon::prelude::*;
 
@@ -54,6 +57,29 @@ pub fn rows_times(
     out: &mut [f32],
     activations: Activations,
 ) -> Result<(), DequantError> {
+    rows_times_with(dtype, w, cols, x, out, activations, Kernels::Fastest)
+}
+
+/// Which kernels a product may take.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Kernels {
+    /// `mlx-c`'s where they cover the type and CPU, else the Rust ones.
+    #[default]
+    Fastest,
+    /// The Rust ones (the portable reference for `mlx-c`'s).
+    Portable,
+}
+
+/// [`rows_times`] with the kernels `kernels` allows.
+pub fn rows_times_with(
+    dtype: GgufDtype,
+    w: &[u8],
+    cols: usize,
+    x: &[f32],
+    out: &mut [f32],
+    activations: Activations,
+    kernels: Kernels,
+) -> Result<(), DequantError> {
     use GgufDtype::*;
     let block = dtype.block_size() as usize;
     let type_size = dtype.type_size() as usize;
@@ -78,6 +104,12 @@ pub fn rows_times(
         cols,
         activations,
     };
+    if kernels == Kernels::Fastest
+        && activations == Activations::Int8
+        && block_rows_dot_available(dtype.id())?
+    {
+        return product.run_native(dtype, out);
+    }
     match dtype {
         Q4_0 => product.run(out, blocks::Q4_0),
         Q4_1 => product.run(out, blocks::Q4_1),
@@ -103,44 +135,71 @@ enum Prepared {
         groups: Vec<[f32; GROUP]>,
         sums: Vec<f32>,
     },
-    /// 8-bit values, value ≈ `scales[g]` · q; `sums[g]` is the group's sum
-    /// of those approximations.
-    Int {
-        groups: Vec<[i8; GROUP]>,
-        scales: Vec<f32>,
-        sums: Vec<f32>,
-    },
+    /// 8-bit values.
+    Int(Int8Row),
+}
+
+/// One row of activations quantized to 8 bits per group of 16.
+struct Int8Row {
+    /// The integers, value ≈ `scales[g]` · q.
+    groups: Vec<[i8; GROUP]>,
+    /// Each group's scale: its largest magnitude over 127.
+    scales: Vec<f32>,
+    /// Each group's sum of its approximations.
+    sums: Vec<f32>,
+}
+
+impl Int8Row {
+    /// `x` (whole groups of 16), each group rounded to the nearest multiple
+    /// of its scale.
+    fn new(x: &[f32]) -> Int8Row {
+        let groups = x.len() / GROUP;
+        let mut row = Int8Row {
+            groups: Vec::with_capacity(groups),
+            scales: Vec::with_capacity(groups),
+            sums: Vec::with_capacity(groups),
+        };
+        for values in x.chunks_exact(GROUP) {
+            let scale = values.iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0;
+            let inverse = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+            let mut q = [0i8; GROUP];
+            for (q, v) in q.iter_mut().zip(values) {
+                *q = (v * inverse).round() as i8;
+            }
+            row.sums
+                .push(q.iter().map(|&v| i32::from(v)).sum::<i32>() as f32 * scale);
+            row.groups.push(q);
+            row.scales.push(scale);
+        }
+        row
+    }
+
+    /// The row as `mlx-c`'s kernels take it.
+    fn as_activations(&self) -> Int8Activations<'_> {
+        Int8Activations {
+            q: self.groups.as_flattened(),
+            scales: &self.scales,
+            sums: &self.sums,
+        }
+    }
 }
 
 impl Prepared {
     /// `x` (whole groups of 16) as `activations` asks.
     fn new(x: &[f32], activations: Activations) -> Prepared {
-        let float_groups = x.chunks_exact(GROUP).map(|g| {
-            let mut group = [0f32; GROUP];
-            group.copy_from_slice(g);
-            group
-        });
         match activations {
             Activations::F32 => Prepared::Float {
-                groups: float_groups.collect(),
+                groups: x
+                    .chunks_exact(GROUP)
+                    .map(|g| {
+                        let mut group = [0f32; GROUP];
+                        group.copy_from_slice(g);
+                        group
+                    })
+                    .collect(),
                 sums: x.chunks_exact(GROUP).map(|g| g.iter().sum()).collect(),
             },
-            Activations::Int8 => {
-                let (mut groups, mut scales, mut sums) = (Vec::new(), Vec::new(), Vec::new());
-                for values in float_groups {
-                    let scale = values.iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0;
-                    let inverse = if scale > 0.0 { 1.0 / scale } else { 0.0 };
-                    let q = values.map(|v| (v * inverse).round() as i8);
-                    sums.push(q.iter().map(|&v| i32::from(v)).sum::<i32>() as f32 * scale);
-                    groups.push(q);
-                    scales.push(scale);
-                }
-                Prepared::Int {
-                    groups,
-                    scales,
-                    sums,
-                }
-            }
+            Activations::Int8 => Prepared::Int(Int8Row::new(x)),
         }
     }
 }
@@ -155,6 +214,30 @@ struct Product<'a> {
 }
 
 impl Product<'_> {
+    /// Rows per rayon task: at least [`MIN_BYTES_PER_TASK`] of the matrix.
+    fn rows_per_task(&self) -> usize {
+        (MIN_BYTES_PER_TASK / self.row_bytes).max(1)
+    }
+
+    /// The product with 8-bit activations by `mlx-c`'s kernel for `dtype`:
+    /// each row of `x` against the matrix, tasks of rows in parallel.
+    fn run_native(&self, dtype: GgufDtype, out: &mut [f32]) -> Result<(), DequantError> {
+        let rows = self.w.len() / self.row_bytes;
+        let rows_per_task = self.rows_per_task();
+        for (xs, out) in self
+            .x
+            .chunks_exact(self.cols)
+            .zip(out.chunks_exact_mut(rows))
+        {
+            let row = Int8Row::new(xs);
+            let x = row.as_activations();
+            out.par_chunks_mut(rows_per_task)
+                .zip(self.w.par_chunks(rows_per_task * self.row_bytes))
+                .try_for_each(|(o, w)| block_rows_dot(dtype.id(), w, self.row_bytes, x, o))?;
+        }
+        Ok(())
+    }
+
     /// The product for blocks of `format`: the matrix's rows in parallel,
     /// each against every row of `x`.
     fn run<const N: usize, const G: usize, F: Format<N, G>>(&self, out: &mut [f32], format: F) {
@@ -165,14 +248,10 @@ impl Product<'_> {
             .collect();
         let dot = |row: &[u8], p: &Prepared| match p {
             Prepared::Float { groups, sums } => float_row_dot(row, groups, sums, format),
-            Prepared::Int {
-                groups,
-                scales,
-                sums,
-            } => int_row_dot(row, groups, scales, sums, format),
+            Prepared::Int(x) => int_row_dot(row, &x.groups, &x.scales, &x.sums, format),
         };
         let rows = self.w.len() / self.row_bytes;
-        let rows_per_task = (MIN_BYTES_PER_TASK / self.row_bytes).max(1);
+        let rows_per_task = self.rows_per_task();
         if let [p] = prepared.as_slice() {
             out.par_iter_mut()
                 .zip(self.w.par_chunks(self.row_bytes))
@@ -390,6 +469,53 @@ mod tests {
         use GgufDtype::*;
         for dtype in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K] {
             check_products(dtype, Activations::Int8);
+        }
+    }
+
+    #[test]
+    fn mlx_c_kernels_sum_as_the_rust_kernels_do() {
+        use GgufDtype::*;
+        let covered = [Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K];
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma")
+            && std::arch::is_x86_feature_detected!("f16c")
+        {
+            for dtype in covered {
+                assert!(block_rows_dot_available(dtype.id()).unwrap(), "{dtype}");
+            }
+        }
+        for dtype in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K] {
+            if !covered.contains(&dtype) {
+                assert!(!block_rows_dot_available(dtype.id()).unwrap(), "{dtype}");
+            }
+        }
+        // Both compute the same integer sums per group; only the order of
+        // the float additions differs.
+        for dtype in covered {
+            let (rows, cols, inputs) = (37, 1024, 2);
+            let w = blocks(dtype, rows * cols / dtype.block_size() as usize, 11);
+            let x: Vec<f32> = (0..inputs * cols)
+                .map(|i| ((i * 7919) % 1013) as f32 / 500.0 - 1.0)
+                .collect();
+            let mut fastest = vec![0f32; rows * inputs];
+            let mut portable = vec![0f32; rows * inputs];
+            let int8 = Activations::Int8;
+            rows_times_with(dtype, &w, cols, &x, &mut fastest, int8, Kernels::Fastest).unwrap();
+            rows_times_with(dtype, &w, cols, &x, &mut portable, int8, Kernels::Portable).unwrap();
+            let dense = dequantize(dtype, &w).unwrap();
+            for (i, (f, p)) in fastest.iter().zip(&portable).enumerate() {
+                let (m, r) = (i / rows, i % rows);
+                let scale: f32 = dense[r * cols..(r + 1) * cols]
+                    .iter()
+                    .zip(&x[m * cols..(m + 1) * cols])
+                    .map(|(a, b)| (a * b).abs())
+                    .sum();
+                assert!(
+                    (f - p).abs() <= 1e-5 * scale,
+                    "{dtype}: row {r}, input {m}: {f} against {p}"
+                );
+            }
         }
     }
 

@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use memmap2::Mmap;
 
 pub use dequant::{dequantize, DequantError};
-pub use dot::{can_multiply, rows_times, Activations};
+pub use dot::{can_multiply, rows_times, rows_times_with, Activations, Kernels};
 pub use dtype::GgufDtype;
 pub use error::{GgufError, GgufProblem};
 pub use reader::DEFAULT_ALIGNMENT;

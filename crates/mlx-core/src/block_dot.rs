@@ -1,0 +1,74 @@
+//! Products of ggml block-quantized rows with 8-bit activations by `mlx-c`'s
+//! AVX2 kernels (`mlx-c/src/block_dot.cpp`), for the ggml types and CPUs
+//! they cover; the caller keeps a portable kernel for the rest.
+
+use crate::error::check;
+use crate::{Error, Result};
+
+/// Activations quantized to 8 bits per 16 values: value `j` ≈
+/// `scales[j / 16] · q[j]`, `sums[g]` the sum of group `g`'s
+/// approximations.
+#[derive(Debug, Clone, Copy)]
+pub struct Int8Activations<'a> {
+    /// The integers, each in [−127, 127].
+    pub q: &'a [i8],
+    /// One scale per 16 values.
+    pub scales: &'a [f32],
+    /// One sum per 16 values.
+    pub sums: &'a [f32],
+}
+
+/// Whether [`block_rows_dot`] multiplies rows of ggml type `ggml_type` on
+/// this CPU.
+pub fn block_rows_dot_available(ggml_type: u32) -> Result<bool> {
+    let mut available = false;
+    // SAFETY: `available` is a live bool the call writes.
+    check(unsafe { mlx_sys::mlx_block_rows_dot_available(&mut available, ggml_type) })?;
+    Ok(available)
+}
+
+/// `out[r] = Σ_j w[r, j] · x_j`: each of the `out.len()` rows of `w` (ggml
+/// type `ggml_type`, `row_bytes` bytes of whole blocks each) against `x`.
+/// Fails where [`block_rows_dot_available`] says no, or when the sizes do
+/// not match the type.
+pub fn block_rows_dot(
+    ggml_type: u32,
+    w: &[u8],
+    row_bytes: usize,
+    x: Int8Activations<'_>,
+    out: &mut [f32],
+) -> Result<()> {
+    let cols = x.q.len();
+    let groups = cols / 16;
+    if !cols.is_multiple_of(16)
+        || x.scales.len() != groups
+        || x.sums.len() != groups
+        || w.len() != out.len() * row_bytes
+    {
+        return Err(Error::Host(format!(
+            "block rows product: {} bytes of rows of {row_bytes} bytes for {} outputs, \
+             {cols} activations with {} scales and {} sums",
+            w.len(),
+            out.len(),
+            x.scales.len(),
+            x.sums.len()
+        )));
+    }
+    // SAFETY: every pointer comes from a live slice of the length checked
+    // above (`out.len()` rows of `row_bytes` bytes, `cols` activations and
+    // `cols / 16` scales and sums); the kernel checks that `row_bytes` is
+    // `cols` values of its type and reads no further.
+    check(unsafe {
+        mlx_sys::mlx_block_rows_dot(
+            out.as_mut_ptr(),
+            ggml_type,
+            w.as_ptr(),
+            out.len(),
+            row_bytes,
+            cols,
+            x.q.as_ptr(),
+            x.scales.as_ptr(),
+            x.sums.as_ptr(),
+        )
+    })
+}

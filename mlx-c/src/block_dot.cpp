@@ -1,0 +1,386 @@
+// Products of ggml block-quantized rows with activations quantized to 8
+// bits per 16 values, for decoding on the CPU: AVX2 kernels that unpack each
+// block in registers (the 5- and 6-bit formats' high bits are spread to
+// bytes with shuffles and masks) and sum the products as integers with
+// `maddubs`/`madd`. Each 32 values' 8 integer lanes (4 per group of 16) are
+// scaled by the weights' and the activations' scales of their group and
+// accumulated in float32. The value of each stored integer is ggml's:
+// crates/gemma/src/weights/gguf/blocks.rs describes the same formats and
+// its Rust kernels, the portable fallback, compute the same sums.
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "internal.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+using namespace mlxc;
+
+namespace {
+
+/// ggml's type ids of the formats with a kernel here.
+enum : uint32_t {
+  kQ4_0 = 2,
+  kQ5_0 = 6,
+  kQ8_0 = 8,
+  kQ4_K = 12,
+  kQ5_K = 13,
+  kQ6_K = 14,
+};
+
+/// A format's block: values and bytes.
+struct BlockShape {
+  size_t values;
+  size_t bytes;
+};
+
+/// The block of a format with a kernel here, or {0, 0}.
+BlockShape block_shape(uint32_t type) {
+  switch (type) {
+    case kQ4_0:
+      return {32, 18};
+    case kQ5_0:
+      return {32, 22};
+    case kQ8_0:
+      return {32, 34};
+    case kQ4_K:
+      return {256, 144};
+    case kQ5_K:
+      return {256, 176};
+    case kQ6_K:
+      return {256, 210};
+    default:
+      return {0, 0};
+  }
+}
+
+#if defined(__x86_64__)
+
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+
+bool cpu_has_avx2() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+         __builtin_cpu_supports("f16c");
+}
+
+/// The little-endian f16 at `p`, widened.
+AVX2 inline float f16_at(const uint8_t* p) {
+  uint16_t bits;
+  std::memcpy(&bits, p, sizeof bits);
+  return _cvtsh_ss(bits);
+}
+
+AVX2 inline __m256i load32(const void* p) {
+  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
+}
+
+/// Lanes 0–3 `lo`, lanes 4–7 `hi`: the scales of a 32-value vector's two
+/// groups, laid out as `dot32` lays out their sums.
+AVX2 inline __m256 halves(float lo, float hi) {
+  return _mm256_set_m128(_mm_set1_ps(hi), _mm_set1_ps(lo));
+}
+
+/// Σ w·x over 32 signed bytes, as 8 int32 lanes: lanes 0–3 sum bytes
+/// 0–15, lanes 4–7 bytes 16–31. `x` must lie in [−127, 127].
+AVX2 inline __m256i signed_dot(__m256i w, __m256i x) {
+  const __m256i p =
+      _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+  return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+/// As `signed_dot`, for weights in [0, 63].
+AVX2 inline __m256i unsigned_dot(__m256i w, __m256i x) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1));
+}
+
+/// acc + lanes · scales.
+AVX2 inline __m256 scaled_add(__m256 acc, __m256i lanes, __m256 scales) {
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), scales, acc);
+}
+
+/// Byte i of the result is 0xFF where bit i of `bits` is set, else 0.
+AVX2 inline __m256i bits_to_bytes(uint32_t bits) {
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(static_cast<int>(bits)),
+      _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202,
+                         0x0303030303030303));
+  const __m256i mask = _mm256_set1_epi64x(0x8040201008040201);
+  return _mm256_cmpeq_epi8(_mm256_and_si256(spread, mask), mask);
+}
+
+/// 16 bytes of nibbles as 32 bytes: the low nibbles, then the high ones.
+AVX2 inline __m256i nibbles16(const uint8_t* p) {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b),
+                          _mm256_set1_epi8(0x0F));
+}
+
+AVX2 inline float sum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+/// The activations of one product.
+struct Activations {
+  const int8_t* q;
+  const float* scales;
+  const float* sums;
+};
+
+/// One row of blocks of 32 values with one f16 scale first:
+/// `Format::values(block)` gives a block's 32 signed integers.
+template <typename Format>
+AVX2 inline float row_of_32(const uint8_t* row, size_t blocks,
+                            const Activations& x) {
+  __m256 acc = _mm256_setzero_ps();
+  for (size_t b = 0; b < blocks; ++b) {
+    const uint8_t* block = row + b * Format::kBytes;
+    const __m256 scales =
+        _mm256_mul_ps(_mm256_set1_ps(f16_at(block)),
+                      halves(x.scales[2 * b], x.scales[2 * b + 1]));
+    acc = scaled_add(
+        acc, signed_dot(Format::values(block), load32(x.q + 32 * b)), scales);
+  }
+  return sum8(acc);
+}
+
+/// Q8_0: f16 d, 32 int8; value = d · q.
+struct Q8_0 {
+  static constexpr size_t kBytes = 34;
+  AVX2 static __m256i values(const uint8_t* b) { return load32(b + 2); }
+};
+
+/// Q4_0: f16 d, 16 bytes of nibbles (low: values 0–15, high: 16–31);
+/// value = d · (q − 8).
+struct Q4_0 {
+  static constexpr size_t kBytes = 18;
+  AVX2 static __m256i values(const uint8_t* b) {
+    return _mm256_sub_epi8(nibbles16(b + 2), _mm256_set1_epi8(8));
+  }
+};
+
+/// Q5_0: f16 d, 32 fifth bits, nibbles as Q4_0; value = d · (q − 16).
+struct Q5_0 {
+  static constexpr size_t kBytes = 22;
+  AVX2 static __m256i values(const uint8_t* b) {
+    uint32_t high;
+    std::memcpy(&high, b + 2, sizeof high);
+    const __m256i fifth =
+        _mm256_and_si256(bits_to_bytes(high), _mm256_set1_epi8(0x10));
+    return _mm256_sub_epi8(_mm256_or_si256(nibbles16(b + 6), fifth),
+                           _mm256_set1_epi8(16));
+  }
+};
+
+AVX2 float row_q8_0(const uint8_t* row, size_t blocks, const Activations& x) {
+  return row_of_32<Q8_0>(row, blocks, x);
+}
+
+AVX2 float row_q4_0(const uint8_t* row, size_t blocks, const Activations& x) {
+  return row_of_32<Q4_0>(row, blocks, x);
+}
+
+AVX2 float row_q5_0(const uint8_t* row, size_t blocks, const Activations& x) {
+  return row_of_32<Q5_0>(row, blocks, x);
+}
+
+/// The 6-bit scales and minimums of a Q4_K or Q5_K block's 8 sub-blocks.
+inline void k_scales(const uint8_t* q, uint8_t sc[8], uint8_t m[8]) {
+  for (int j = 0; j < 4; ++j) {
+    sc[j] = q[j] & 63;
+    m[j] = q[j + 4] & 63;
+  }
+  for (int j = 4; j < 8; ++j) {
+    sc[j] = (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4);
+    m[j] = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+/// One row of Q4_K (`fifth` false) or Q5_K blocks: value = d · sc · q −
+/// dmin · m per sub-block of 32, q in [0, 15] or [0, 31].
+template <bool fifth>
+AVX2 inline float row_k_4_5(const uint8_t* row, size_t blocks,
+                            const Activations& x) {
+  constexpr size_t kBytes = fifth ? 176 : 144;
+  constexpr size_t kQs = fifth ? 48 : 16;
+  __m256 acc = _mm256_setzero_ps();
+  float offsets = 0.0f;
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  for (size_t b = 0; b < blocks; ++b) {
+    const uint8_t* block = row + b * kBytes;
+    const float d = f16_at(block);
+    const float dmin = f16_at(block + 2);
+    uint8_t sc[8], m[8];
+    k_scales(block + 4, sc, m);
+    const __m256i high = fifth ? load32(block + 16) : _mm256_setzero_si256();
+    for (int p = 0; p < 4; ++p) {
+      const __m256i q = load32(block + kQs + 32 * p);
+      __m256i lo = _mm256_and_si256(q, low4);
+      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+      if (fifth) {
+        const __m256i one = _mm256_set1_epi8(1);
+        lo = _mm256_or_si256(
+            lo, _mm256_slli_epi16(
+                    _mm256_and_si256(_mm256_srli_epi16(high, 2 * p), one), 4));
+        hi = _mm256_or_si256(
+            hi,
+            _mm256_slli_epi16(
+                _mm256_and_si256(_mm256_srli_epi16(high, 2 * p + 1), one), 4));
+      }
+      const size_t g = 16 * b + 4 * p;  // the activations' group of `lo`
+      const float d_lo = d * sc[2 * p];
+      const float d_hi = d * sc[2 * p + 1];
+      acc = scaled_add(acc, unsigned_dot(lo, load32(x.q + 16 * g)),
+                       _mm256_mul_ps(_mm256_set1_ps(d_lo),
+                                     halves(x.scales[g], x.scales[g + 1])));
+      acc = scaled_add(acc, unsigned_dot(hi, load32(x.q + 16 * (g + 2))),
+                       _mm256_mul_ps(_mm256_set1_ps(d_hi),
+                                     halves(x.scales[g + 2], x.scales[g + 3])));
+      offsets -= dmin * (m[2 * p] * (x.sums[g] + x.sums[g + 1]) +
+                         m[2 * p + 1] * (x.sums[g + 2] + x.sums[g + 3]));
+    }
+  }
+  return sum8(acc) + offsets;
+}
+
+AVX2 float row_q4_k(const uint8_t* row, size_t blocks, const Activations& x) {
+  return row_k_4_5<false>(row, blocks, x);
+}
+
+AVX2 float row_q5_k(const uint8_t* row, size_t blocks, const Activations& x) {
+  return row_k_4_5<true>(row, blocks, x);
+}
+
+/// One row of Q6_K blocks: value = d · sc · (q − 32), q in [0, 63] from a
+/// nibble of `ql` and two bits of `qh`, an int8 scale per 16 values. The
+/// products take q as stored; the 32 is taken off through the groups' sums.
+AVX2 float row_q6_k(const uint8_t* row, size_t blocks, const Activations& x) {
+  __m256 acc = _mm256_setzero_ps();
+  float offsets = 0.0f;
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i low2 = _mm256_set1_epi8(0x03);
+  for (size_t b = 0; b < blocks; ++b) {
+    const uint8_t* block = row + b * 210;
+    const auto* sc = reinterpret_cast<const int8_t*>(block + 192);
+    const float d = f16_at(block + 208);
+    for (int n = 0; n < 2; ++n) {
+      const __m256i ql0 = load32(block + 64 * n);
+      const __m256i ql1 = load32(block + 64 * n + 32);
+      const __m256i qh = load32(block + 128 + 32 * n);
+      const __m256i q[4] = {
+          _mm256_or_si256(_mm256_and_si256(ql0, low4),
+                          _mm256_slli_epi16(_mm256_and_si256(qh, low2), 4)),
+          _mm256_or_si256(
+              _mm256_and_si256(ql1, low4),
+              _mm256_slli_epi16(
+                  _mm256_and_si256(_mm256_srli_epi16(qh, 2), low2), 4)),
+          _mm256_or_si256(
+              _mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
+              _mm256_slli_epi16(
+                  _mm256_and_si256(_mm256_srli_epi16(qh, 4), low2), 4)),
+          _mm256_or_si256(
+              _mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
+              _mm256_slli_epi16(
+                  _mm256_and_si256(_mm256_srli_epi16(qh, 6), low2), 4)),
+      };
+      for (int k = 0; k < 4; ++k) {
+        const size_t g = 16 * b + 8 * n + 2 * k;
+        const float d_lo = d * sc[8 * n + 2 * k];
+        const float d_hi = d * sc[8 * n + 2 * k + 1];
+        acc = scaled_add(
+            acc, unsigned_dot(q[k], load32(x.q + 16 * g)),
+            _mm256_mul_ps(halves(d_lo, d_hi),
+                          halves(x.scales[g], x.scales[g + 1])));
+        offsets -= 32.0f * (d_lo * x.sums[g] + d_hi * x.sums[g + 1]);
+      }
+    }
+  }
+  return sum8(acc) + offsets;
+}
+
+using RowKernel = float (*)(const uint8_t*, size_t, const Activations&);
+
+/// The kernel for `type` on this CPU, or null.
+RowKernel row_kernel(uint32_t type) {
+  static const bool avx2 = cpu_has_avx2();
+  if (!avx2) {
+    return nullptr;
+  }
+  switch (type) {
+    case kQ4_0:
+      return row_q4_0;
+    case kQ5_0:
+      return row_q5_0;
+    case kQ8_0:
+      return row_q8_0;
+    case kQ4_K:
+      return row_q4_k;
+    case kQ5_K:
+      return row_q5_k;
+    case kQ6_K:
+      return row_q6_k;
+    default:
+      return nullptr;
+  }
+}
+
+#else
+
+using RowKernel = float (*)(const uint8_t*, size_t, const void*);
+
+RowKernel row_kernel(uint32_t) { return nullptr; }
+
+#endif
+
+}  // namespace
+
+extern "C" {
+
+int mlx_block_rows_dot_available(bool* out, uint32_t ggml_type) {
+  return guard([&] { *need(out, "out") = row_kernel(ggml_type) != nullptr; });
+}
+
+int mlx_block_rows_dot(float* out, uint32_t ggml_type, const uint8_t* w,
+                       size_t rows, size_t row_bytes, size_t cols,
+                       const int8_t* x, const float* x_scales,
+                       const float* x_sums) {
+  return guard([&] {
+    const RowKernel kernel = row_kernel(ggml_type);
+    if (kernel == nullptr) {
+      throw std::invalid_argument("no block-row kernel for ggml type " +
+                                  std::to_string(ggml_type) + " on this CPU");
+    }
+    const BlockShape shape = block_shape(ggml_type);
+    if (cols % shape.values != 0 ||
+        row_bytes != cols / shape.values * shape.bytes) {
+      throw std::invalid_argument(
+          std::to_string(cols) + " values of ggml type " +
+          std::to_string(ggml_type) + " are not " + std::to_string(row_bytes) +
+          " bytes of whole blocks");
+    }
+    if (rows == 0) {
+      return;
+    }
+    need(out, "out");
+    need(w, "w");
+    need(x, "x");
+    need(x_scales, "x_scales");
+    need(x_sums, "x_sums");
+#if defined(__x86_64__)
+    const Activations acts{x, x_scales, x_sums};
+    const size_t blocks = cols / shape.values;
+    for (size_t r = 0; r < rows; ++r) {
+      out[r] = kernel(w + r * row_bytes, blocks, acts);
+    }
+#endif
+  });
+}
+
+}  // extern "C"
