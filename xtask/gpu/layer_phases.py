@@ -1,31 +1,29 @@
 """Where the fused decode layer's time goes, phase by phase, on the GPU machine.
 
-Builds `gemma::kernels::decode_layer`'s CUDA source (read from the crate) with
-`clock64` stamps per block around its phases and barriers, runs it through
-`mx.fast.cuda_kernel` on random bfloat16 weights of one layer of the given
-Gemma 3 sizes (30 calls chained as in a decode step; a sliding-window layer
-with a full window, then a global one at 2300 keys), and prints medians and
-maxima over blocks and calls, in µs at 1.98 GHz. Run after the setup script
-has written /tmp/site/env.sh, from the project root.
+Takes `gemma::kernels::decode_layer`'s CUDA source as the crate compiles it
+(the JSON that `cargo run --release -p gemma --example decode_layer_source`
+prints, made on the build machine), adds `clock64` stamps per block around
+its phases and barriers, runs it through `mx.fast.cuda_kernel` on random
+bfloat16 weights of one layer of the given Gemma 3 sizes with a bfloat16 KV
+cache (30 calls chained as in a decode step; a sliding-window layer with a
+full window, then a global one at 2300 keys), and prints medians and maxima
+over blocks and calls, in µs at 1.98 GHz. Run after the setup script has
+written /tmp/site/env.sh, from the project root.
 
-Usage: python3 xtask/gpu/layer_phases.py [small|wide] [270m|1b|27b ...]
+Usage: python3 xtask/gpu/layer_phases.py SOURCE.json [small|wide] [270m|1b|12b|27b ...]
   small: position, write slot and valid count as 4-byte arrays (MLX keeps
          arrays of 8 bytes or less in a managed pool advised read-mostly);
   wide:  the same values in 16-byte arrays (the default).
 Sizes default to 270m.
 """
-import re
+import json
 import statistics
 import sys
 
 import mlx.core as mx
 
-ROOT = "crates/gemma/src/kernels/"
-SOURCES = open(ROOT + "mod.rs").read() + open(ROOT + "decode_layer.rs").read()
-C = dict(re.findall(r'const (\w+): &str = r#"(.*?)"#;', SOURCES, re.S))
-INPUTS = ["x", "w_in", "w_qkv", "q_norm", "k_norm", "w_o", "w_post_attn", "w_pre_ffn",
-          "w_gate_up", "w_down", "w_post_ffn", "position", "write_at", "valid",
-          "k_cache", "v_cache", "barrier"]
+SOURCE = json.load(open(sys.argv[1]))
+INPUTS = SOURCE["inputs"]
 STAMPS = 20
 GHZ = 1.98
 BLOCKS = 132
@@ -34,7 +32,7 @@ BLOCKS = 132
 def stamped_body():
     """The kernel body with stamps: 0 at the start, 2k+1 / 2k+2 around
     barrier k, 11 at the end, 12–16 inside the first two phases."""
-    body = C["DECODE_LAYER"]
+    body = SOURCE["body"]
 
     def insert(anchor, text, after=True):
         i = body.index(anchor)
@@ -71,11 +69,15 @@ def run(tag, scalars, hidden, inter, heads, kv_heads, dim, capacity, valid):
     def scalar(v):
         return mx.array([v] * width, dtype=mx.int32)
 
+    unused = mx.zeros((1,), dt)
+    # The inputs in SOURCE["inputs"] order, the KV cache as float data with
+    # the unused scale and bias inputs of that format.
     w = [r(1, 1, hidden), r(hidden) + 1, r((heads + 2 * kv_heads) * dim, hidden), r(dim) + 1,
          r(dim) + 1, r(hidden, heads * dim), r(hidden) + 1, r(hidden) + 1,
          r(2 * inter, hidden), r(hidden, inter), r(hidden) + 1,
-         scalar(valid - 1), scalar(valid - 1), scalar(valid), r(1, kv_heads, capacity, dim),
-         r(1, kv_heads, capacity, dim)]
+         scalar(valid - 1), scalar(valid - 1), scalar(valid),
+         r(1, kv_heads, capacity, dim), unused, unused,
+         r(1, kv_heads, capacity, dim), unused, unused]
     mx.eval(w)
     smem = max(max(hidden, inter, heads * dim) * 2, 16 * dim * 4)
     consts = ("  constexpr float EPS = 1e-6f;\n  constexpr float SCALE = 0.0625f;\n"
@@ -84,7 +86,7 @@ def run(tag, scalars, hidden, inter, heads, kv_heads, dim, capacity, valid):
     kernel = mx.fast.cuda_kernel(
         name=f"layer_phases_{scalars}_{tag}", input_names=INPUTS,
         output_names=["out", "scratch", "partials", "times"], source=consts + stamped_body(),
-        header=stamp + C["HEADER"] + C["LAYER_HEADER"])
+        header=stamp + SOURCE["header"])
     barrier = mx.zeros((160,), mx.int32)
     qb = query_heads_per_block(heads, kv_heads, dim)
     splits = BLOCKS // (heads // qb)
@@ -92,7 +94,9 @@ def run(tag, scalars, hidden, inter, heads, kv_heads, dim, capacity, valid):
     def call(x):
         return kernel(
             inputs=[x] + w[1:] + [barrier],
-            template=[("T", dt), ("D", dim), ("HQ", heads), ("HKV", kv_heads), ("QB", qb), ("PAIR", 1), ("WARPS", 16), ("SMEM", smem)],
+            template=[("T", dt), ("D", dim), ("HQ", heads), ("HKV", kv_heads), ("QB", qb), ("PAIR", 1),
+                      ("WARPS", 16), ("SMEM", smem), ("KF", 0), ("KB", 0), ("KG", 0),
+                      ("VF", 0), ("VB", 0), ("VG", 0)],
             grid=(BLOCKS * 512, 1, 1), threadgroup=(512, 1, 1),
             output_shapes=[(1, 1, hidden), ((heads + 2 * kv_heads) * dim + 2 * heads * dim + 3 * hidden + inter,),
                            (heads * splits * (dim + 2),), (BLOCKS * STAMPS,)],
@@ -127,11 +131,12 @@ def run(tag, scalars, hidden, inter, heads, kv_heads, dim, capacity, valid):
 SHAPES = {
     "270m": (640, 2048, 4, 1, 256, 512),
     "1b": (1152, 6912, 4, 1, 256, 512),
+    "12b": (3840, 15360, 16, 8, 256, 1024),
     "27b": (5376, 21504, 32, 16, 128, 1024),
 }
 
-scalars = sys.argv[1] if len(sys.argv) > 1 else "wide"
-for size in sys.argv[2:] or ["270m"]:
+scalars = sys.argv[2] if len(sys.argv) > 2 else "wide"
+for size in sys.argv[3:] or ["270m"]:
     hidden, inter, heads, kv_heads, dim, window = SHAPES[size]
     run(f"{size}_sliding", scalars, hidden, inter, heads, kv_heads, dim, window, window)
     run(f"{size}_global", scalars, hidden, inter, heads, kv_heads, dim, 2304, 2300)

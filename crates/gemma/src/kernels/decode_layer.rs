@@ -651,6 +651,19 @@ pub struct LayerGeometry {
     pub rope_scale: f32,
 }
 
+/// The layer kernel's CUDA source as [`decode_layer`] compiles it: its
+/// header (device functions and tables) and its body (before the
+/// `constexpr` constants `EPS`, `SCALE`, `LOG2_BASE` and `ROPE_SCALE`), with
+/// the names of its inputs in order, for tools that time its phases
+/// (`xtask/gpu/layer_phases.py`).
+pub fn decode_layer_source() -> (String, String, [&'static str; 21]) {
+    (
+        format!("{HEADER}{}{LAYER_HEADER}", stored_kv::header()),
+        DECODE_LAYER.to_string(),
+        INPUT_NAMES,
+    )
+}
+
 /// One decoder block for a single token `x` `[1, 1, H]` as one kernel of
 /// `blocks` blocks (at most one per multiprocessor, so that all are resident
 /// for the grid barriers). `barrier` is from [`grid_barrier`], shared by the
@@ -742,7 +755,7 @@ pub fn decode_layer(
         "gemma_decode_layer",
         (&INPUT_NAMES, &["out", "scratch", "partials"]),
         DECODE_LAYER,
-        &format!("{HEADER}{}{LAYER_HEADER}", stored_kv::header()),
+        &decode_layer_source().0,
         &[
             ("EPS", g.eps),
             ("SCALE", g.scale),

@@ -14,7 +14,8 @@ mod greedy;
 mod stored_kv;
 
 pub use decode_layer::{
-    decode_layer, grid_barrier, resident_blocks, LayerGeometry, LayerKv, LayerWeights,
+    decode_layer, decode_layer_source, grid_barrier, resident_blocks, LayerGeometry, LayerKv,
+    LayerWeights,
 };
 pub use greedy::GreedyPick;
 
