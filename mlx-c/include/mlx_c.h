@@ -205,6 +205,11 @@ int mlx_array_clone(mlx_array* out, mlx_array a);
 /** Copies `data` (row-major, `dtype` elements) into a new array. */
 int mlx_array_from_data(mlx_array* out, const void* data, const int* shape,
                         size_t ndim, mlx_dtype dtype);
+/** A new array of `shape` and `dtype` with uninitialised data, whose bytes
+ * the caller fills through `*data` before handing the array to any operation
+ * (`*data` is NULL for an empty array). */
+int mlx_array_alloc(mlx_array* out, void** data, const int* shape,
+                    size_t ndim, mlx_dtype dtype);
 /** Wraps caller-owned row-major memory without copying where the device
  * allows it; `release(ctx)` is called once when MLX no longer needs it
  * (also when this call fails). */

@@ -279,6 +279,23 @@ int mlx_array_from_data(mlx_array* out, const void* data, const int* dims,
   });
 }
 
+int mlx_array_alloc(mlx_array* out, void** data, const int* dims, size_t ndim,
+                    mlx_dtype d) {
+  return guard([&] {
+    need(data, "data");
+    auto shp = shape(dims, ndim);
+    auto dt = dtype(d);
+    size_t size = 1;
+    for (auto dim : shp) {
+      size *= static_cast<size_t>(dim);
+    }
+    auto buffer = mx::allocator::malloc(size * dt.size());
+    void* raw = size > 0 ? buffer.buffer().raw_ptr() : nullptr;
+    put(out, mx::array(std::move(buffer), std::move(shp), dt));
+    *data = raw;
+  });
+}
+
 int mlx_array_from_buffer(mlx_array* out, void* data, const int* dims,
                           size_t ndim, mlx_dtype d,
                           void (*release)(void* ctx), void* ctx) {

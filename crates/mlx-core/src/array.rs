@@ -155,6 +155,35 @@ impl Array {
         })
     }
 
+    /// A new array of `shape` and `dtype` whose bytes `fill` writes (for
+    /// data read straight into MLX's memory, without a copy on the host),
+    /// or `fill`'s error. Bool bytes other than 0 and 1 are refused.
+    pub fn from_fill<E>(
+        shape: &[i32],
+        dtype: Dtype,
+        fill: impl FnOnce(&mut [u8]) -> std::result::Result<(), E>,
+    ) -> Result<std::result::Result<Array, E>> {
+        let len = byte_count(shape, dtype)?;
+        let mut data: *mut c_void = ptr::null_mut();
+        // SAFETY: plain values in; one handle and its data pointer out.
+        let array = new_array(|out| unsafe {
+            sys::mlx_array_alloc(out, &mut data, shape.as_ptr(), shape.len(), dtype.to_sys())
+        })?;
+        let bytes: &mut [u8] = if data.is_null() || len == 0 {
+            &mut []
+        } else {
+            // SAFETY: MLX allocated `len` bytes for the new array, whose only
+            // handle is `array`, held here: nothing else reads or writes them
+            // until this function returns.
+            unsafe { std::slice::from_raw_parts_mut(data.cast::<u8>(), len) }
+        };
+        if let Err(e) = fill(&mut *bytes) {
+            return Ok(Err(e));
+        }
+        check_bytes(bytes, dtype)?;
+        Ok(Ok(array))
+    }
+
     /// Builds an array from raw bytes of the given dtype, copying them.
     pub fn from_bytes(bytes: &[u8], shape: &[i32], dtype: Dtype) -> Result<Array> {
         let needed = byte_count(shape, dtype)?;

@@ -100,6 +100,35 @@ fn from_bytes_reads_little_endian_elements() {
 }
 
 #[test]
+fn from_fill_writes_the_new_arrays_bytes_or_passes_its_error_on() {
+    let a = Array::from_fill(&[3], Dtype::Float32, |bytes| {
+        assert_eq!(bytes.len(), 12);
+        for (chunk, v) in bytes.chunks_exact_mut(4).zip([1.5f32, -2.0, 4.25]) {
+            chunk.copy_from_slice(&v.to_le_bytes());
+        }
+        Ok::<(), String>(())
+    })
+    .unwrap()
+    .unwrap();
+    assert_eq!(read_f32(&a), vec![1.5, -2.0, 4.25]);
+    let failed = Array::from_fill(&[2, 2], Dtype::Uint8, |_| Err("disk gone")).unwrap();
+    assert_eq!(failed.err(), Some("disk gone"));
+    let empty = Array::from_fill(&[0, 4], Dtype::Float32, |bytes| {
+        assert!(bytes.is_empty());
+        Ok::<(), ()>(())
+    })
+    .unwrap()
+    .unwrap();
+    assert_eq!(empty.shape(), vec![0, 4]);
+    // A bool byte of 2 would be an invalid Rust `bool` when read back.
+    let bad_bool = Array::from_fill(&[2], Dtype::Bool, |bytes| {
+        bytes.copy_from_slice(&[1, 2]);
+        Ok::<(), ()>(())
+    });
+    assert!(bad_bool.is_err());
+}
+
+#[test]
 fn from_bytes_with_a_wrong_length_is_an_error() {
     let err = Array::from_bytes(&[0u8; 7], &[2], Dtype::Float32).unwrap_err();
     assert!(err.to_string().contains("8 bytes"), "{err}");

@@ -241,6 +241,16 @@ unsafe extern "C" {
     ) -> ::std::os::raw::c_int;
 }
 unsafe extern "C" {
+    #[doc = " A new array of `shape` and `dtype` with uninitialised data, whose bytes\n the caller fills through `*data` before handing the array to any operation\n (`*data` is NULL for an empty array)."]
+    pub fn mlx_array_alloc(
+        out: *mut mlx_array,
+        data: *mut *mut ::std::os::raw::c_void,
+        shape: *const ::std::os::raw::c_int,
+        ndim: usize,
+        dtype: mlx_dtype,
+    ) -> ::std::os::raw::c_int;
+}
+unsafe extern "C" {
     #[doc = " Wraps caller-owned row-major memory without copying where the device\n allows it; `release(ctx)` is called once when MLX no longer needs it\n (also when this call fails)."]
     pub fn mlx_array_from_buffer(
         out: *mut mlx_array,

@@ -1,6 +1,7 @@
 //! Loading a GGUF file's tensors: dequantized (in parallel) to f32 on the
 //! host, then handed to MLX in the compute dtype; or, with `native`, the
-//! block-quantized matrices as stored, for our CPU kernels.
+//! block-quantized matrices as stored, for our CPU kernels, read from the
+//! file straight into MLX's memory (no second copy in the process).
 
 use std::path::Path;
 
@@ -47,16 +48,19 @@ pub fn load_gguf_tensors(
             .collect::<Result<Vec<i32>, _>>()
             .map_err(|_| invalid(format!("tensor '{}' has a dimension too large", info.name)))?;
         if let Some(activations) = native.filter(|_| shape.len() == 2 && can_multiply(info.dtype)) {
-            let bytes = file.tensor_bytes(info);
-            let row_bytes = i32::try_from(bytes.len() / shape[0].max(1) as usize)
+            let len = file.tensor_bytes(info).len();
+            let row_bytes = i32::try_from(len / shape[0].max(1) as usize)
                 .map_err(|_| invalid(format!("tensor '{}' has rows too large", info.name)))?;
+            let bytes = Array::from_fill(&[shape[0], row_bytes], Dtype::Uint8, |buf| {
+                file.read_tensor_into(info, buf)
+            })?
+            .map_err(|e| invalid(e.problem.to_string()))?;
             let matrix = GgufMatrix {
-                bytes: Array::from_slice(bytes, &[shape[0], row_bytes])?,
+                bytes,
                 dtype: info.dtype,
                 cols: shape[1],
                 activations,
             };
-            matrix.bytes.eval()?;
             map.tensors.insert(name, Tensor::Gguf(matrix));
             progress(done + 1, total);
             continue;

@@ -24,6 +24,7 @@ mod value;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use memmap2::Mmap;
@@ -153,6 +154,29 @@ impl GgufFile {
             .zip(usize::try_from(info.n_bytes).ok())
             .and_then(|(start, len)| self.mmap.get(start..start.checked_add(len)?))
             .unwrap_or_default()
+    }
+
+    /// Reads a tensor's bytes from the file into `buf` (exactly their
+    /// length) through the file, not the map: the pages the map would touch
+    /// stay out of the process's resident memory (for tensors copied into
+    /// arrays).
+    pub fn read_tensor_into(&self, info: &GgufTensorInfo, buf: &mut [u8]) -> Result<(), GgufError> {
+        let error = |problem| GgufError {
+            path: self.path.clone(),
+            problem,
+        };
+        if buf.len() != self.tensor_bytes(info).len() {
+            return Err(error(GgufProblem::Io(std::io::Error::other(format!(
+                "tensor '{}' holds {} bytes, not {}",
+                info.name,
+                self.tensor_bytes(info).len(),
+                buf.len()
+            )))));
+        }
+        let mut file = File::open(&self.path).map_err(|e| error(GgufProblem::Io(e)))?;
+        file.seek(SeekFrom::Start(info.offset))
+            .and_then(|_| file.read_exact(buf))
+            .map_err(|e| error(GgufProblem::Io(e)))
     }
 
     /// The tensor called `name` converted to f32, in storage order (see the module docs
