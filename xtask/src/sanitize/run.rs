@@ -108,7 +108,7 @@ pub fn run(plan: &Plan, paths: &Paths) -> Result<Outcome> {
     let seconds = start.elapsed().as_secs_f64();
     let report = read_reports(&paths.reports, &plan.label)?;
     let ours: Vec<&str> = paths.ours.iter().map(String::as_str).collect();
-    let failure = verdict(plan.expect, status.code(), &report, &ours, &log);
+    let failure = verdict(plan.expect, status.code(), &report, &ours);
     Ok(Outcome {
         label: plan.label.clone(),
         seconds,
@@ -145,21 +145,15 @@ fn lsan_options(suppressions: &Path) -> String {
     )
 }
 
-/// Why a run ended badly, or `None` if it ended as expected.
-fn verdict(
-    expect: Expect,
-    code: Option<i32>,
-    report: &Report,
-    ours: &[&str],
-    log: &Path,
-) -> Option<String> {
+/// Why a run ended badly, or `None` if it ended as expected (the caller
+/// names the log).
+fn verdict(expect: Expect, code: Option<i32>, report: &Report, ours: &[&str]) -> Option<String> {
     let exit = code.map_or("a signal".to_string(), |c| format!("exit {c}"));
     match expect {
         Expect::Clean if report.findings.is_empty() && code == Some(0) => None,
-        Expect::Clean if report.findings.is_empty() => Some(format!(
-            "{exit} with no sanitizer report (log: {})",
-            log.display()
-        )),
+        Expect::Clean if report.findings.is_empty() => {
+            Some(format!("{exit} with no sanitizer report"))
+        }
         Expect::Clean => Some(
             report
                 .findings
@@ -177,10 +171,8 @@ fn verdict(
                 None
             } else {
                 Some(format!(
-                    "the planted {kind} was not reported in our code ({exit}, {} finding(s); \
-                     log: {})",
-                    report.findings.len(),
-                    log.display()
+                    "the planted {kind} was not reported in our code ({exit}, {} finding(s))",
+                    report.findings.len()
                 ))
             }
         }
@@ -267,10 +259,9 @@ mod tests {
 
     #[test]
     fn a_clean_run_exits_0_without_findings() {
-        let log = Path::new("x.log");
         let none = Report::default();
-        assert_eq!(verdict(Expect::Clean, Some(0), &none, OURS, log), None);
-        let failed = verdict(Expect::Clean, Some(101), &none, OURS, log).unwrap();
+        assert_eq!(verdict(Expect::Clean, Some(0), &none, OURS), None);
+        let failed = verdict(Expect::Clean, Some(101), &none, OURS).unwrap();
         assert!(
             failed.starts_with("exit 101 with no sanitizer report"),
             "{failed}"
@@ -279,27 +270,26 @@ mod tests {
             findings: vec![finding("direct leak", "f /w/crates/a.rs:1")],
             suppressed: Vec::new(),
         };
-        let failed = verdict(Expect::Clean, Some(0), &leak, OURS, log).unwrap();
+        let failed = verdict(Expect::Clean, Some(0), &leak, OURS).unwrap();
         assert_eq!(failed, "direct leak at f /w/crates/a.rs:1");
     }
 
     #[test]
     fn a_canary_must_be_caught_in_our_code() {
-        let log = Path::new("x.log");
         let caught = Report {
             findings: vec![finding("heap-use-after-free", "g /w/mlx-c/src/core.cpp:9")],
             suppressed: Vec::new(),
         };
         let expect = Expect::Finding("heap-use-after-free");
-        assert_eq!(verdict(expect, Some(1), &caught, OURS, log), None);
+        assert_eq!(verdict(expect, Some(1), &caught, OURS), None);
         // Exiting 0 means the sanitizer did not stop it.
-        assert!(verdict(expect, Some(0), &caught, OURS, log).is_some());
+        assert!(verdict(expect, Some(0), &caught, OURS).is_some());
         // Found only outside our code: the C++ was not instrumented.
         let elsewhere = Report {
             findings: vec![finding("heap-use-after-free", "(/lib/libmlx.so+0x1)")],
             suppressed: Vec::new(),
         };
-        assert!(verdict(expect, Some(1), &elsewhere, OURS, log).is_some());
-        assert!(verdict(expect, Some(1), &Report::default(), OURS, log).is_some());
+        assert!(verdict(expect, Some(1), &elsewhere, OURS).is_some());
+        assert!(verdict(expect, Some(1), &Report::default(), OURS).is_some());
     }
 }
