@@ -8,7 +8,9 @@
 //! - `test` sets up, then runs every check and test, then the examples;
 //! - `run` sets up, then runs the `gemma-mlx` command;
 //! - `bench` compares `gemma-mlx` with mlx-lm and writes `target/bench/report.md`;
-//! - `fuzz` builds the cargo-fuzz targets of `fuzz/` and runs them (docs/fuzzing.md).
+//! - `fuzz` builds the cargo-fuzz targets of `fuzz/` and runs them (docs/fuzzing.md);
+//! - `sanitize` runs `mlx-core`'s tests and short `gemma-mlx` runs under
+//!   AddressSanitizer and LeakSanitizer (docs/fuzzing.md, "Sanitizers").
 //!
 //! This crate depends on no MLX crate, so it builds before MLX is found.
 
@@ -28,6 +30,7 @@ mod python;
 mod record;
 mod refract_env;
 mod run_engine;
+mod sanitize;
 mod setup;
 mod system;
 mod test_all;
@@ -137,6 +140,17 @@ enum Task {
         #[arg(long, default_value_t = 1)]
         jobs: usize,
     },
+    /// Set up, build mlx-core's tests and gemma-mlx with AddressSanitizer (nightly; mlx-c's
+    /// C++ too) and run them, a short generation and a 2-chunk KLD run; fails on any
+    /// invalid access or leak of ours.
+    Sanitize {
+        /// The CI subset: the canaries, mlx-core's tests, one generation and the KLD run.
+        #[arg(long)]
+        quick: bool,
+        /// Which MLX build to link.
+        #[arg(long, value_enum, default_value_t = Backend::Cpu)]
+        backend: Backend,
+    },
 }
 
 fn main() -> ExitCode {
@@ -209,5 +223,8 @@ fn run(task: Task) -> anyhow::Result<()> {
                 jobs,
             },
         ),
+        Task::Sanitize { quick, backend } => {
+            sanitize::run(&workspace, &sanitize::SanitizeOptions { quick, backend })
+        }
     }
 }

@@ -9,7 +9,7 @@
 
 mod stats;
 mod target;
-mod tools;
+pub mod tools;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -29,12 +29,13 @@ pub fn nightly(program: &str) -> Command {
     command
 }
 
-/// Fails, saying how to install them, unless the nightly toolchain and
-/// `cargo-fuzz` are present.
-pub fn check() -> Result<()> {
-    let works = |mut command: Command| {
-        command::capture(&mut command).is_ok_and(|output| output.status.success())
-    };
+/// Whether `command` starts and exits 0.
+fn works(mut command: Command) -> bool {
+    command::capture(&mut command).is_ok_and(|output| output.status.success())
+}
+
+/// Fails, saying how to install it, unless the nightly toolchain is present.
+pub fn check_nightly() -> Result<()> {
     let mut rustc = nightly("rustc");
     rustc.arg("--version");
     if !works(rustc) {
@@ -43,6 +44,13 @@ pub fn check() -> Result<()> {
              `rustup toolchain install {TOOLCHAIN} --profile minimal` (.ci/run does)"
         );
     }
+    Ok(())
+}
+
+/// Fails, saying how to install them, unless the nightly toolchain and
+/// `cargo-fuzz` are present.
+pub fn check() -> Result<()> {
+    check_nightly()?;
     let mut fuzz = nightly("cargo");
     fuzz.args(["fuzz", "--version"]);
     if !works(fuzz) {
