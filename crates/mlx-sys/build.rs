@@ -23,7 +23,11 @@ fn main() {
     let c_api = workspace.join("mlx-c");
 
     println!("cargo:rerun-if-env-changed=MLX_DIR");
-    println!("cargo:rerun-if-changed={}", record.display());
+    // A missing file watched would rerun this script (and rebuild every
+    // crate above) on every build; with MLX_DIR set the record is not read.
+    if record.exists() || env::var_os("MLX_DIR").is_none() {
+        println!("cargo:rerun-if-changed={}", record.display());
+    }
     println!("cargo:rerun-if-changed={}", c_api.display());
 
     let mlx_dir = match find_mlx(&record) {
