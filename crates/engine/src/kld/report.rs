@@ -4,6 +4,7 @@
 use serde::Serialize;
 
 use crate::kld::stats::{band, composite, KldStats};
+use crate::kld::sweep::ActiveMemory;
 use crate::kld::trajectory::{trajectory_score, PromptAgreement};
 
 /// Settings a report was made with.
@@ -53,6 +54,9 @@ pub struct ChunkingReport {
     pub forwards: usize,
     /// Reference KV-cache bytes at the chunk length.
     pub reference_kv_cache_bytes: usize,
+    /// MLX's active memory between chunks (flat over a long sweep unless
+    /// something leaks).
+    pub active_memory_bytes: ActiveMemory,
 }
 
 /// One candidate's results.

@@ -6,7 +6,8 @@
 
 use gemma::cache::CacheFormat;
 use gemma::model::Gemma3;
-use mlx_core::Array;
+use mlx_core::{memory, Array};
+use serde::Serialize;
 
 use crate::error::GenerateError;
 use crate::kld::compare::{compare_into, Reference};
@@ -52,6 +53,32 @@ pub struct SweepResult {
     pub reference_cache_bytes: usize,
     /// KV-cache bytes of each candidate at the chunk length.
     pub candidate_cache_bytes: Vec<usize>,
+    /// MLX's active memory between chunks.
+    pub active_memory: ActiveMemory,
+}
+
+/// MLX's active memory read after each chunk, when the chunk's caches and
+/// logits are gone: what stays is the weights and whatever leaks, so a long
+/// sweep's figures show whether memory stays flat.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ActiveMemory {
+    /// Bytes after the first chunk.
+    pub after_first_chunk: usize,
+    /// Bytes after the last chunk.
+    pub after_last_chunk: usize,
+    /// The most bytes after any chunk.
+    pub most: usize,
+}
+
+impl ActiveMemory {
+    /// Takes in a reading after chunk `done` (counted from 1).
+    fn record(&mut self, done: usize, bytes: usize) {
+        if done == 1 {
+            self.after_first_chunk = bytes;
+        }
+        self.after_last_chunk = bytes;
+        self.most = self.most.max(bytes);
+    }
 }
 
 /// The chunks of `tokens` under `settings` (an error if there is none).
@@ -123,6 +150,7 @@ pub fn sweep(
     let mut forwards = 0;
     let mut reference_cache_bytes = 0;
     let mut candidate_cache_bytes = vec![0; candidates.len()];
+    let mut active_memory = ActiveMemory::default();
     for (done, chunk) in chunks.iter().enumerate() {
         let ids: Vec<i32> = chunk.iter().map(|&t| t as i32).collect();
         let l = ids.len() as i32;
@@ -151,6 +179,8 @@ pub fn sweep(
             candidate_cache_bytes[i] = bytes;
             compare_into(reference_logprobs, &logits, &next, first, &mut samples[i])?;
         }
+        drop(shared);
+        active_memory.record(done + 1, memory::active_bytes()?);
         progress(done + 1, chunks.len());
     }
     Ok(SweepResult {
@@ -159,5 +189,27 @@ pub fn sweep(
         forwards,
         reference_cache_bytes,
         candidate_cache_bytes,
+        active_memory,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ActiveMemory;
+
+    #[test]
+    fn active_memory_keeps_the_first_last_and_largest_readings() {
+        let mut memory = ActiveMemory::default();
+        for (done, bytes) in [(1, 100), (2, 130), (3, 90), (4, 110)] {
+            memory.record(done, bytes);
+        }
+        assert_eq!(
+            memory,
+            ActiveMemory {
+                after_first_chunk: 100,
+                after_last_chunk: 110,
+                most: 130,
+            }
+        );
+    }
 }

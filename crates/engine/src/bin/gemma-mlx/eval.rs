@@ -369,6 +369,7 @@ pub fn kld_report(
                 two_forwards: job.two_forwards,
                 forwards: result.forwards,
                 reference_kv_cache_bytes: result.reference_cache_bytes,
+                active_memory_bytes: result.active_memory,
             }),
             seconds,
             mlx_version: device::mlx_version(),
