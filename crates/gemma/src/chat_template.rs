@@ -212,6 +212,12 @@ pub struct JinjaTemplate {
     bos_token: String,
 }
 
+/// Template instructions one rendering may run: Gemma 3's template renders a
+/// conversation of 20,000 messages within it (a test does), while a template
+/// that loops without end (or nests loops over long ranges) stops within a
+/// fraction of a second with an error instead of hanging the caller.
+pub const TEMPLATE_FUEL: u64 = 20_000_000;
+
 /// The name the template is stored under in its environment.
 const TEMPLATE_NAME: &str = "chat_template";
 
@@ -229,6 +235,7 @@ impl JinjaTemplate {
         environment.set_syntax(syntax.build().map_err(template_error)?);
         environment
             .set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        environment.set_fuel(Some(TEMPLATE_FUEL));
         environment.add_function(
             "raise_exception",
             |message: String| -> Result<Value, minijinja::Error> {

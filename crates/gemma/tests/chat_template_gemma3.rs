@@ -143,6 +143,29 @@ fn template_errors_are_reported() {
 }
 
 #[test]
+fn a_template_that_runs_too_long_fails_instead_of_hanging() {
+    // 10⁸ loop iterations: stopped by the fuel limit, with minijinja's
+    // out-of-fuel message.
+    let endless = ChatTemplate::from_source(
+        Some("{% for a in range(10000) %}{% for b in range(10000) %}{% endfor %}{% endfor %}"),
+        "<bos>",
+    )
+    .unwrap();
+    let error = endless.render(&[user("a")], false).unwrap_err();
+    assert!(matches!(error, ChatTemplateError::Template(_)), "{error:?}");
+    assert!(error.to_string().contains("fuel"), "{error}");
+    // A long conversation stays well within the limit with Gemma 3's template.
+    let long: Vec<ChatMessage> = (0..20_000)
+        .map(|i| if i % 2 == 0 { user("q") } else { assistant("a") })
+        .collect();
+    let jinja = ChatTemplate::from_source(Some(GEMMA3_CHAT_TEMPLATE), "<bos>").unwrap();
+    assert_eq!(
+        jinja.render(&long, true).unwrap(),
+        format_gemma3(&long, true).unwrap()
+    );
+}
+
+#[test]
 fn roles_read_and_write_as_lowercase_names() {
     let messages: Vec<ChatMessage> = serde_json::from_str(
         r#"[{"role":"system","content":"s"},{"role":"user","content":"u"},
