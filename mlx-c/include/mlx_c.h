@@ -342,6 +342,19 @@ int mlx_block_rows_dot(float* out, uint32_t ggml_type, const uint8_t* w,
                        size_t rows, size_t row_bytes, size_t cols,
                        const int8_t* x, const float* x_scales,
                        const float* x_sums);
+/** Whether `mlx_affine_rows_dot` has a kernel for MLX's affine quantization
+ * with `bits` bits in groups of `group_size` on this CPU (x86-64 with AVX2,
+ * FMA and F16C; 4 or 8 bits, groups of 32, 64 or 128). */
+int mlx_affine_rows_dot_available(bool* out, int bits, int group_size);
+/** out[r] = Σ_j w[r, j] · x_j for `rows` rows of `cols` values of MLX's
+ * affine quantization (`w` the packed rows' bytes, `cols · bits / 8` a row;
+ * `scales` and `biases` float32, `cols / group_size` a row), against 8-bit
+ * activations as for `mlx_block_rows_dot`. Fails where
+ * `mlx_affine_rows_dot_available` says no or `cols` is not whole groups. */
+int mlx_affine_rows_dot(float* out, int bits, int group_size, const uint8_t* w,
+                        const float* scales, const float* biases, size_t rows,
+                        size_t cols, const int8_t* x, const float* x_scales,
+                        const float* x_sums);
 /** alpha * (a @ b) + beta * c */
 int mlx_addmm(mlx_array* out, mlx_array c, mlx_array a, mlx_array b,
               float alpha, float beta, mlx_stream s);

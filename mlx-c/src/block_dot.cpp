@@ -1,12 +1,13 @@
-// Products of ggml block-quantized rows with activations quantized to 8
-// bits per 16 values, for decoding on the CPU: AVX2 kernels that unpack each
-// block in registers (the 5- and 6-bit formats' high bits are spread to
-// bytes with shuffles and masks) and sum the products as integers with
-// `maddubs`/`madd`. Each 32 values' 8 integer lanes (4 per group of 16) are
-// scaled by the weights' and the activations' scales of their group and
-// accumulated in float32. The value of each stored integer is ggml's:
-// crates/gemma/src/weights/gguf/blocks.rs describes the same formats and
-// its Rust kernels, the portable fallback, compute the same sums.
+// Products of ggml block-quantized rows, and of MLX's affine-quantized
+// rows, with activations quantized to 8 bits per 16 values, for decoding on
+// the CPU: AVX2 kernels that unpack each block in registers (the 5- and
+// 6-bit formats' high bits are spread to bytes with shuffles and masks) and
+// sum the products as integers with `maddubs`/`madd`. Each 32 values' 8
+// integer lanes (4 per group of 16) are scaled by the weights' and the
+// activations' scales of their group and accumulated in float32. The value
+// of each stored integer is ggml's (or MLX's):
+// crates/gemma/src/weights/gguf/blocks.rs describes the same GGUF formats
+// and its Rust kernels, the portable fallback, compute the same sums.
 
 #include <cstring>
 #include <stdexcept>
@@ -305,6 +306,64 @@ AVX2 float row_q6_k(const uint8_t* row, size_t blocks, const Activations& x) {
   return sum8(acc) + offsets;
 }
 
+/// MLX's affine rows: `bits` 4 (two values a byte, the low nibble first) or
+/// 8, one f32 scale and bias per `group` values (32, 64 or 128); value =
+/// scale · q + bias. 8-bit values are taken as q − 128 (signed, so that
+/// `maddubs` cannot saturate), the 128 · scale going into the bias.
+struct AffineRows {
+  const uint8_t* w;
+  size_t row_bytes;
+  const float* scales;
+  const float* biases;
+  size_t groups;
+  int bits;
+  int group;
+};
+
+template <int BITS>
+AVX2 inline float affine_row(const AffineRows& m, size_t r,
+                             const Activations& x) {
+  const uint8_t* row = m.w + r * m.row_bytes;
+  const float* scales = m.scales + r * m.groups;
+  const float* biases = m.biases + r * m.groups;
+  const size_t per_group = static_cast<size_t>(m.group) / 32;
+  __m256 acc = _mm256_setzero_ps();
+  float offsets = 0.0f;
+  for (size_t g = 0; g < m.groups; ++g) {
+    const float scale = scales[g];
+    const float bias = BITS == 8 ? biases[g] + 128.0f * scale : biases[g];
+    for (size_t k = 0; k < per_group; ++k) {
+      const size_t v = (g * per_group + k) * 32;  // the vector's first value
+      const __m256 scales_x =
+          _mm256_mul_ps(_mm256_set1_ps(scale),
+                        halves(x.scales[v / 16], x.scales[v / 16 + 1]));
+      if (BITS == 4) {
+        const __m128i b =
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + v / 2));
+        const __m128i low4 = _mm_set1_epi8(0x0F);
+        const __m128i lo = _mm_and_si128(b, low4);
+        const __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), low4);
+        const __m256i q = _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi),
+                                           _mm_unpacklo_epi8(lo, hi));
+        acc = scaled_add(acc, unsigned_dot(q, load32(x.q + v)), scales_x);
+      } else {
+        const __m256i q = _mm256_sub_epi8(
+            load32(row + v), _mm256_set1_epi8(static_cast<char>(0x80)));
+        acc = scaled_add(acc, signed_dot(q, load32(x.q + v)), scales_x);
+      }
+      offsets += bias * (x.sums[v / 16] + x.sums[v / 16 + 1]);
+    }
+  }
+  return sum8(acc) + offsets;
+}
+
+AVX2 void affine_rows(const AffineRows& m, size_t rows, const Activations& x,
+                      float* out) {
+  for (size_t r = 0; r < rows; ++r) {
+    out[r] = m.bits == 4 ? affine_row<4>(m, r, x) : affine_row<8>(m, r, x);
+  }
+}
+
 using RowKernel = float (*)(const uint8_t*, size_t, const Activations&);
 
 /// The kernel for `type` on this CPU, or null.
@@ -379,6 +438,56 @@ int mlx_block_rows_dot(float* out, uint32_t ggml_type, const uint8_t* w,
     for (size_t r = 0; r < rows; ++r) {
       out[r] = kernel(w + r * row_bytes, blocks, acts);
     }
+#endif
+  });
+}
+
+int mlx_affine_rows_dot_available(bool* out, int bits, int group_size) {
+  return guard([&] {
+#if defined(__x86_64__)
+    static const bool avx2 = cpu_has_avx2();
+#else
+    const bool avx2 = false;
+#endif
+    *need(out, "out") = avx2 && (bits == 4 || bits == 8) &&
+                        (group_size == 32 || group_size == 64 ||
+                         group_size == 128);
+  });
+}
+
+int mlx_affine_rows_dot(float* out, int bits, int group_size, const uint8_t* w,
+                        const float* scales, const float* biases, size_t rows,
+                        size_t cols, const int8_t* x, const float* x_scales,
+                        const float* x_sums) {
+  return guard([&] {
+    bool available = false;
+    if (mlx_affine_rows_dot_available(&available, bits, group_size) != 0 ||
+        !available) {
+      throw std::invalid_argument("no affine row kernel for " +
+                                  std::to_string(bits) + " bits in groups of " +
+                                  std::to_string(group_size) + " on this CPU");
+    }
+    if (cols % static_cast<size_t>(group_size) != 0) {
+      throw std::invalid_argument(std::to_string(cols) +
+                                  " values are not whole groups of " +
+                                  std::to_string(group_size));
+    }
+    if (rows == 0) {
+      return;
+    }
+    need(out, "out");
+    need(w, "w");
+    need(scales, "scales");
+    need(biases, "biases");
+    need(x, "x");
+    need(x_scales, "x_scales");
+    need(x_sums, "x_sums");
+#if defined(__x86_64__)
+    const size_t row_bytes = cols * static_cast<size_t>(bits) / 8;
+    const size_t groups = cols / static_cast<size_t>(group_size);
+    const AffineRows m{w,      row_bytes, scales,    biases,
+                       groups, bits,      group_size};
+    affine_rows(m, rows, Activations{x, x_scales, x_sums}, out);
 #endif
   });
 }

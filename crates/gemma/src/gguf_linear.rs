@@ -115,7 +115,7 @@ fn dequantize_rows(bytes: &Array, dtype: GgufDtype, cols: i32) -> mlx_core::Resu
 }
 
 /// Little-endian float32 values of `bytes`.
-fn floats(bytes: &[u8]) -> Vec<f32> {
+pub(crate) fn floats(bytes: &[u8]) -> Vec<f32> {
     bytes
         .chunks_exact(4)
         .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))

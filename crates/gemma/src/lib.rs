@@ -1,5 +1,6 @@
 //! Gemma 3 text models on MLX: configuration, weights, tokenizer, forward pass and KV caches.
 
+pub mod affine_linear;
 pub mod cache;
 pub mod chat_template;
 pub mod config;

@@ -3,6 +3,7 @@
 
 use mlx_core::{concatenate, Array, QuantizedArray};
 
+use crate::affine_linear;
 use crate::gguf_linear::GgufMatrix;
 use crate::kernels::linear_row;
 
@@ -13,6 +14,10 @@ pub enum Linear {
     Dense(Array),
     /// MLX affine-quantized weights, multiplied without dequantizing.
     Quantized(QuantizedArray),
+    /// MLX affine-quantized weights whose products run on the CPU through
+    /// [`crate::affine_linear`]: one row by our kernel with 8-bit
+    /// activations, several by a matmul over the dequantized matrix.
+    QuantizedCpu(QuantizedArray),
     /// GGUF blocks as stored (the CPU), multiplied by our kernel.
     Gguf(GgufMatrix),
     /// Projections stacked along the output rows that cannot share one
@@ -32,6 +37,7 @@ impl Linear {
         match self {
             Linear::Dense(w) => linear_row(x, w, gpu_kernels),
             Linear::Quantized(q) => q.matmul(x, true),
+            Linear::QuantizedCpu(q) => affine_linear::times(q, x),
             Linear::Gguf(g) => g.times(x),
             Linear::Parts(parts) => {
                 let outs = parts
@@ -83,7 +89,7 @@ impl Linear {
     pub fn out_rows(&self) -> mlx_core::Result<i32> {
         match self {
             Linear::Dense(w) => w.dim(0),
-            Linear::Quantized(q) => q.packed.dim(0),
+            Linear::Quantized(q) | Linear::QuantizedCpu(q) => q.packed.dim(0),
             Linear::Gguf(g) => g.rows(),
             Linear::Parts(parts) => parts.iter().map(Linear::out_rows).sum(),
         }
@@ -97,13 +103,19 @@ impl Linear {
         };
         Ok(match self {
             Linear::Dense(w) => Linear::Dense(rows(w)?),
-            Linear::Quantized(q) => Linear::Quantized(QuantizedArray {
-                packed: rows(&q.packed)?,
-                scales: rows(&q.scales)?,
-                biases: rows(&q.biases)?,
-                group_size: q.group_size,
-                bits: q.bits,
-            }),
+            Linear::Quantized(q) | Linear::QuantizedCpu(q) => {
+                let part = QuantizedArray {
+                    packed: rows(&q.packed)?,
+                    scales: rows(&q.scales)?,
+                    biases: rows(&q.biases)?,
+                    group_size: q.group_size,
+                    bits: q.bits,
+                };
+                match self {
+                    Linear::QuantizedCpu(_) => Linear::QuantizedCpu(part),
+                    _ => Linear::Quantized(part),
+                }
+            }
             Linear::Gguf(g) => Linear::Gguf(g.row_range(start, end)?),
             Linear::Parts(parts) => {
                 // The range lies within one part (the callers ask for whole
@@ -127,7 +139,7 @@ impl Linear {
     pub fn rows(&self, indices: &Array) -> mlx_core::Result<Array> {
         match self {
             Linear::Dense(w) => w.take(indices, 0),
-            Linear::Quantized(q) => QuantizedArray {
+            Linear::Quantized(q) | Linear::QuantizedCpu(q) => QuantizedArray {
                 packed: q.packed.take(indices, 0)?,
                 scales: q.scales.take(indices, 0)?,
                 biases: q.biases.take(indices, 0)?,
@@ -146,7 +158,7 @@ impl Linear {
     pub fn nbytes(&self) -> usize {
         match self {
             Linear::Dense(w) => w.nbytes(),
-            Linear::Quantized(q) => q.nbytes(),
+            Linear::Quantized(q) | Linear::QuantizedCpu(q) => q.nbytes(),
             Linear::Gguf(g) => g.bytes.nbytes(),
             Linear::Parts(parts) => parts.iter().map(Linear::nbytes).sum(),
         }
@@ -156,7 +168,7 @@ impl Linear {
     pub fn arrays(&self) -> Vec<&Array> {
         match self {
             Linear::Dense(w) => vec![w],
-            Linear::Quantized(q) => vec![&q.packed, &q.scales, &q.biases],
+            Linear::Quantized(q) | Linear::QuantizedCpu(q) => vec![&q.packed, &q.scales, &q.biases],
             Linear::Gguf(g) => vec![&g.bytes],
             Linear::Parts(parts) => parts.iter().flat_map(Linear::arrays).collect(),
         }

@@ -3,8 +3,10 @@
 
 use std::path::{Path, PathBuf};
 
-use mlx_core::{quantize, Dtype};
+use mlx_core::device::default_device;
+use mlx_core::{quantize, Device, Dtype};
 
+use crate::affine_linear;
 use crate::chat_template::{ChatTemplate, ChatTemplateError, GEMMA3_BOS_TOKEN};
 use crate::config::{ConfigError, Gemma3Config};
 use crate::linear::Linear;
@@ -62,7 +64,9 @@ pub enum WeightStorage {
     Dequantized,
     /// As stored, multiplied by our CPU kernels over the blocks
     /// ([`crate::gguf_linear::GgufMatrix`]), one row of activations entering
-    /// as given; needs the CPU and float32.
+    /// as given; needs the CPU and float32. With 8-bit activations on the
+    /// CPU, MLX affine-quantized weights (a quantized checkpoint, or
+    /// `quantize`) also take our kernel ([`Linear::QuantizedCpu`]).
     Native(Activations),
 }
 
@@ -224,6 +228,11 @@ pub fn load(
     if let Some((bits, group_size)) = options.quantize {
         quantize_weights(&mut model, bits, group_size)?;
     }
+    if options.weights == WeightStorage::Native(Activations::Int8)
+        && default_device()? == Device::Cpu
+    {
+        affine_products_on_our_kernel(&mut model)?;
+    }
     Ok(LoadedModel {
         model,
         tokenizer,
@@ -269,6 +278,31 @@ pub fn quantize_weights(model: &mut Gemma3, bits: i32, group_size: i32) -> Resul
             &mut layer.down_proj,
         ] {
             quantize_linear(l)?;
+        }
+    }
+    Ok(())
+}
+
+/// Hands every MLX affine-quantized projection (and embedding) our kernel
+/// can take to it ([`Linear::QuantizedCpu`]).
+fn affine_products_on_our_kernel(model: &mut Gemma3) -> Result<(), LoadError> {
+    let convert = |l: &mut Linear| -> mlx_core::Result<()> {
+        if let Linear::Quantized(q) = l {
+            if affine_linear::takes(q)? {
+                *l = Linear::QuantizedCpu(q.clone());
+            }
+        }
+        Ok(())
+    };
+    convert(&mut model.embed)?;
+    for layer in &mut model.layers {
+        for l in [
+            &mut layer.qkv_proj,
+            &mut layer.o_proj,
+            &mut layer.gate_up_proj,
+            &mut layer.down_proj,
+        ] {
+            convert(l)?;
         }
     }
     Ok(())

@@ -156,7 +156,13 @@ fn a_template_that_runs_too_long_fails_instead_of_hanging() {
     assert!(error.to_string().contains("fuel"), "{error}");
     // A long conversation stays well within the limit with Gemma 3's template.
     let long: Vec<ChatMessage> = (0..20_000)
-        .map(|i| if i % 2 == 0 { user("q") } else { assistant("a") })
+        .map(|i| {
+            if i % 2 == 0 {
+                user("q")
+            } else {
+                assistant("a")
+            }
+        })
         .collect();
     let jinja = ChatTemplate::from_source(Some(GEMMA3_CHAT_TEMPLATE), "<bos>").unwrap();
     assert_eq!(

@@ -594,6 +594,30 @@ unsafe extern "C" {
     ) -> ::std::os::raw::c_int;
 }
 unsafe extern "C" {
+    #[doc = " Whether `mlx_affine_rows_dot` has a kernel for MLX's affine quantization\n with `bits` bits in groups of `group_size` on this CPU (x86-64 with AVX2,\n FMA and F16C; 4 or 8 bits, groups of 32, 64 or 128)."]
+    pub fn mlx_affine_rows_dot_available(
+        out: *mut bool,
+        bits: ::std::os::raw::c_int,
+        group_size: ::std::os::raw::c_int,
+    ) -> ::std::os::raw::c_int;
+}
+unsafe extern "C" {
+    #[doc = " out[r] = Σ_j w[r, j] · x_j for `rows` rows of `cols` values of MLX's\n affine quantization (`w` the packed rows' bytes, `cols · bits / 8` a row;\n `scales` and `biases` float32, `cols / group_size` a row), against 8-bit\n activations as for `mlx_block_rows_dot`. Fails where\n `mlx_affine_rows_dot_available` says no or `cols` is not whole groups."]
+    pub fn mlx_affine_rows_dot(
+        out: *mut f32,
+        bits: ::std::os::raw::c_int,
+        group_size: ::std::os::raw::c_int,
+        w: *const u8,
+        scales: *const f32,
+        biases: *const f32,
+        rows: usize,
+        cols: usize,
+        x: *const i8,
+        x_scales: *const f32,
+        x_sums: *const f32,
+    ) -> ::std::os::raw::c_int;
+}
+unsafe extern "C" {
     #[doc = " alpha * (a @ b) + beta * c"]
     pub fn mlx_addmm(
         out: *mut mlx_array,

@@ -34,7 +34,10 @@ pub struct ModelArgs {
     pub quantize_weights: Option<String>,
     /// How a GGUF file's block-quantized weights are held: `native` as
     /// stored, multiplied by our CPU kernels (the CPU in float32 only), or
-    /// `dequantized` to the compute dtype at load (the default).
+    /// `dequantized` to the compute dtype at load (the default). With
+    /// `native` and `int8` activations on the CPU, MLX affine 4- and 8-bit
+    /// weights (a quantized checkpoint, or `--quantize-weights`) take our
+    /// kernel too instead of MLX's `quantized_matmul`.
     #[arg(long, value_enum, default_value_t = WeightsArg::Dequantized)]
     pub weights: WeightsArg,
     /// With `--weights native`, how one row of activations enters the

@@ -140,7 +140,7 @@ enum Prepared {
 }
 
 /// One row of activations quantized to 8 bits per group of 16.
-struct Int8Row {
+pub(crate) struct Int8Row {
     /// The integers, value ≈ `scales[g]` · q.
     groups: Vec<[i8; GROUP]>,
     /// Each group's scale: its largest magnitude over 127.
@@ -152,7 +152,7 @@ struct Int8Row {
 impl Int8Row {
     /// `x` (whole groups of 16), each group rounded to the nearest multiple
     /// of its scale.
-    fn new(x: &[f32]) -> Int8Row {
+    pub(crate) fn new(x: &[f32]) -> Int8Row {
         let groups = x.len() / GROUP;
         let mut row = Int8Row {
             groups: Vec::with_capacity(groups),
@@ -175,7 +175,7 @@ impl Int8Row {
     }
 
     /// The row as `mlx-c`'s kernels take it.
-    fn as_activations(&self) -> Int8Activations<'_> {
+    pub(crate) fn as_activations(&self) -> Int8Activations<'_> {
         Int8Activations {
             q: self.groups.as_flattened(),
             scales: &self.scales,

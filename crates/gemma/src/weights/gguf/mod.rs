@@ -30,6 +30,7 @@ use std::path::{Path, PathBuf};
 use memmap2::Mmap;
 
 pub use dequant::{dequantize, DequantError};
+pub(crate) use dot::Int8Row;
 pub use dot::{can_multiply, rows_times, rows_times_with, Activations, Kernels};
 pub use dtype::GgufDtype;
 pub use error::{GgufError, GgufProblem};
