@@ -45,7 +45,7 @@ impl SpecArgs {
 /// Where a report goes besides the table on stdout.
 #[derive(Debug, Args)]
 pub struct ReportArgs {
-    /// Print one JSON object on stdout's last line.
+    /// Print one JSON object on stdout (instead of the table).
     #[arg(long)]
     pub json: bool,
     /// Also write the JSON object to this file.
@@ -171,15 +171,18 @@ fn trajectory_agreements(
         .collect()
 }
 
+/// Writes the report where `outputs` asks: the file, then stdout as JSON or
+/// as the table.
 fn finish(report: &KldReport, outputs: &ReportArgs) -> Result<()> {
     let value = serde_json::to_value(report)?;
     if let Some(out) = &outputs.out {
         std::fs::write(out, serde_json::to_string_pretty(&value)?)
             .with_context(|| format!("writing {}", out.display()))?;
     }
-    print!("{}", report.table());
     if outputs.json {
         print_json(&value)?;
+    } else {
+        print!("{}", report.table());
     }
     Ok(())
 }
