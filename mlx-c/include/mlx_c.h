@@ -332,11 +332,11 @@ int mlx_cpu_kernel(mlx_array* out, mlx_cpu_kernel_fn fn, void* ctx,
  * on this CPU (x86-64 with AVX2, FMA and F16C; types Q4_0, Q5_0, Q8_0, Q4_K,
  * Q5_K and Q6_K). */
 int mlx_block_rows_dot_available(bool* out, uint32_t ggml_type);
-/** out[r] = Σ_j w[r, j] · x_j for `rows` rows of `cols` values of ggml type
- * `ggml_type`, stored one after another as whole blocks (`row_bytes` bytes a
- * row), against activations quantized to 8 bits per 16 values: x_j ≈
- * x_scales[j / 16] · x[j] with x in [-127, 127], and x_sums[g] the sum of
- * group g's approximations. Fails for a type without a kernel on this CPU or
+/** `out[r] = Σ_j w[r, j] · x_j` for `rows` rows of `cols` values of ggml
+ * type `ggml_type`, stored one after another as whole blocks (`row_bytes`
+ * bytes a row), against activations quantized to 8 bits per 16 values:
+ * `x_j ≈ x_scales[j / 16] · x[j]` with `x` in [-127, 127], and `x_sums[g]`
+ * the sum of group `g`'s approximations. Fails for a type without a kernel on this CPU or
  * a row size that does not match the type. */
 int mlx_block_rows_dot(float* out, uint32_t ggml_type, const uint8_t* w,
                        size_t rows, size_t row_bytes, size_t cols,
@@ -346,7 +346,7 @@ int mlx_block_rows_dot(float* out, uint32_t ggml_type, const uint8_t* w,
  * with `bits` bits in groups of `group_size` on this CPU (x86-64 with AVX2,
  * FMA and F16C; 4 or 8 bits, groups of 32, 64 or 128). */
 int mlx_affine_rows_dot_available(bool* out, int bits, int group_size);
-/** out[r] = Σ_j w[r, j] · x_j for `rows` rows of `cols` values of MLX's
+/** `out[r] = Σ_j w[r, j] · x_j` for `rows` rows of `cols` values of MLX's
  * affine quantization (`w` the packed rows' bytes, `cols · bits / 8` a row;
  * `scales` and `biases` float32, `cols / group_size` a row), against 8-bit
  * activations as for `mlx_block_rows_dot`. Fails where

@@ -580,7 +580,7 @@ unsafe extern "C" {
     pub fn mlx_block_rows_dot_available(out: *mut bool, ggml_type: u32) -> ::std::os::raw::c_int;
 }
 unsafe extern "C" {
-    #[doc = " out[r] = Σ_j w[r, j] · x_j for `rows` rows of `cols` values of ggml type\n `ggml_type`, stored one after another as whole blocks (`row_bytes` bytes a\n row), against activations quantized to 8 bits per 16 values: x_j ≈\n x_scales[j / 16] · x[j] with x in [-127, 127], and x_sums[g] the sum of\n group g's approximations. Fails for a type without a kernel on this CPU or\n a row size that does not match the type."]
+    #[doc = " `out[r] = Σ_j w[r, j] · x_j` for `rows` rows of `cols` values of ggml\n type `ggml_type`, stored one after another as whole blocks (`row_bytes`\n bytes a row), against activations quantized to 8 bits per 16 values:\n `x_j ≈ x_scales[j / 16] · x[j]` with `x` in [-127, 127], and `x_sums[g]`\n the sum of group `g`'s approximations. Fails for a type without a kernel on this CPU or\n a row size that does not match the type."]
     pub fn mlx_block_rows_dot(
         out: *mut f32,
         ggml_type: u32,
@@ -602,7 +602,7 @@ unsafe extern "C" {
     ) -> ::std::os::raw::c_int;
 }
 unsafe extern "C" {
-    #[doc = " out[r] = Σ_j w[r, j] · x_j for `rows` rows of `cols` values of MLX's\n affine quantization (`w` the packed rows' bytes, `cols · bits / 8` a row;\n `scales` and `biases` float32, `cols / group_size` a row), against 8-bit\n activations as for `mlx_block_rows_dot`. Fails where\n `mlx_affine_rows_dot_available` says no or `cols` is not whole groups."]
+    #[doc = " `out[r] = Σ_j w[r, j] · x_j` for `rows` rows of `cols` values of MLX's\n affine quantization (`w` the packed rows' bytes, `cols · bits / 8` a row;\n `scales` and `biases` float32, `cols / group_size` a row), against 8-bit\n activations as for `mlx_block_rows_dot`. Fails where\n `mlx_affine_rows_dot_available` says no or `cols` is not whole groups."]
     pub fn mlx_affine_rows_dot(
         out: *mut f32,
         bits: ::std::os::raw::c_int,
