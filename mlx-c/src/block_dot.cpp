@@ -63,10 +63,14 @@ BlockShape block_shape(uint32_t type) {
 
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 
+/// Whether this CPU runs the kernels here (asked once).
 bool cpu_has_avx2() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-         __builtin_cpu_supports("f16c");
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+  }();
+  return has;
 }
 
 /// The little-endian f16 at `p`, widened.
@@ -368,8 +372,7 @@ using RowKernel = float (*)(const uint8_t*, size_t, const Activations&);
 
 /// The kernel for `type` on this CPU, or null.
 RowKernel row_kernel(uint32_t type) {
-  static const bool avx2 = cpu_has_avx2();
-  if (!avx2) {
+  if (!cpu_has_avx2()) {
     return nullptr;
   }
   switch (type) {
@@ -396,7 +399,16 @@ using RowKernel = float (*)(const uint8_t*, size_t, const void*);
 
 RowKernel row_kernel(uint32_t) { return nullptr; }
 
+bool cpu_has_avx2() { return false; }
+
 #endif
+
+/// Whether the affine kernel takes `bits`-bit values in groups of
+/// `group_size` on this CPU.
+bool affine_kernel(int bits, int group_size) {
+  return cpu_has_avx2() && (bits == 4 || bits == 8) &&
+         (group_size == 32 || group_size == 64 || group_size == 128);
+}
 
 }  // namespace
 
@@ -443,16 +455,8 @@ int mlx_block_rows_dot(float* out, uint32_t ggml_type, const uint8_t* w,
 }
 
 int mlx_affine_rows_dot_available(bool* out, int bits, int group_size) {
-  return guard([&] {
-#if defined(__x86_64__)
-    static const bool avx2 = cpu_has_avx2();
-#else
-    const bool avx2 = false;
-#endif
-    *need(out, "out") = avx2 && (bits == 4 || bits == 8) &&
-                        (group_size == 32 || group_size == 64 ||
-                         group_size == 128);
-  });
+  return guard(
+      [&] { *need(out, "out") = affine_kernel(bits, group_size); });
 }
 
 int mlx_affine_rows_dot(float* out, int bits, int group_size, const uint8_t* w,
@@ -460,9 +464,7 @@ int mlx_affine_rows_dot(float* out, int bits, int group_size, const uint8_t* w,
                         size_t cols, const int8_t* x, const float* x_scales,
                         const float* x_sums) {
   return guard([&] {
-    bool available = false;
-    if (mlx_affine_rows_dot_available(&available, bits, group_size) != 0 ||
-        !available) {
+    if (!affine_kernel(bits, group_size)) {
       throw std::invalid_argument("no affine row kernel for " +
                                   std::to_string(bits) + " bits in groups of " +
                                   std::to_string(group_size) + " on this CPU");

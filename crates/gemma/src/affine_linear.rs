@@ -6,18 +6,12 @@
 //! dequantized for that product. MLX's own CPU `quantized_matmul` is a
 //! scalar loop.
 
-use std::sync::Arc;
-
 use mlx_core::block_dot::{affine_rows_dot, affine_rows_dot_available, AffineRows};
-use mlx_core::cpu_kernel::{cpu_kernel, CpuKernelFn};
 use mlx_core::{Array, Dtype, QuantizedArray};
 use rayon::prelude::*;
 
-use crate::gguf_linear::floats;
-use crate::weights::gguf::Int8Row;
-
-/// Bytes of packed rows handed to one rayon task at least.
-const MIN_BYTES_PER_TASK: usize = 64 * 1024;
+use crate::gguf_linear::{floats, row_product};
+use crate::weights::gguf::{Int8Row, MIN_BYTES_PER_TASK};
 
 /// Whether `q`'s single-row products can run through our kernel here: its
 /// bits and group size have one on this CPU, and its scales and biases are
@@ -44,32 +38,22 @@ pub fn times(q: &QuantizedArray, x: &Array) -> mlx_core::Result<Array> {
     if inputs != 1 {
         return x.linear(&q.dequantize()?);
     }
-    let x = if x.dtype() == Dtype::Float32 {
-        x.clone()
-    } else {
-        x.astype(Dtype::Float32)?
-    };
-    let rows = q.packed.dim(0)?;
-    let mut shape = x.shape();
-    if let Some(last) = shape.last_mut() {
-        *last = rows;
-    }
     let (bits, group_size) = (q.bits, q.group_size);
-    let kernel: Arc<CpuKernelFn> = Arc::new(move |inputs, out| {
-        let [packed, scales, biases, xb] = inputs else {
+    let arrays = [&q.packed, &q.scales, &q.biases];
+    row_product(&arrays, x, q.packed.dim(0)?, move |w, x, y| {
+        let [packed, scales, biases] = w else {
             return Err(format!(
-                "the affine product takes 4 inputs, got {}",
-                inputs.len()
+                "the affine product takes 3 arrays, got {}",
+                w.len()
             ));
         };
         let (scales, biases) = (floats(scales), floats(biases));
-        let row = Int8Row::new(&floats(xb));
+        let row = Int8Row::new(x);
         let x = row.as_activations();
-        let rows = out.len() / 4;
+        let rows = y.len();
         let row_bytes = packed.len() / rows.max(1);
         let groups = scales.len() / rows.max(1);
         let rows_per_task = (MIN_BYTES_PER_TASK / row_bytes.max(1)).max(1);
-        let mut y = vec![0f32; rows];
         y.par_chunks_mut(rows_per_task)
             .zip(packed.par_chunks(rows_per_task * row_bytes.max(1)))
             .zip(scales.par_chunks(rows_per_task * groups.max(1)))
@@ -84,18 +68,8 @@ pub fn times(q: &QuantizedArray, x: &Array) -> mlx_core::Result<Array> {
                 };
                 affine_rows_dot(w, x, o)
             })
-            .map_err(|e| e.to_string())?;
-        for (o, v) in out.chunks_exact_mut(4).zip(&y) {
-            o.copy_from_slice(&v.to_le_bytes());
-        }
-        Ok(())
-    });
-    cpu_kernel(
-        &[&q.packed, &q.scales, &q.biases, &x],
-        &shape,
-        Dtype::Float32,
-        kernel,
-    )
+            .map_err(|e| e.to_string())
+    })
 }
 
 #[cfg(test)]

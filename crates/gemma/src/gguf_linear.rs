@@ -41,32 +41,19 @@ impl GgufMatrix {
                 dtype = self.dtype
             )));
         }
-        let x = if x.dtype() == Dtype::Float32 {
-            x.clone()
-        } else {
-            x.astype(Dtype::Float32)?
-        };
         let inputs = x.size() / cols.max(1) as usize;
-        let mut shape = x.shape();
-        if let Some(last) = shape.last_mut() {
-            *last = self.rows()?;
-        }
         if inputs != 1 {
+            let x = if x.dtype() == Dtype::Float32 {
+                x.clone()
+            } else {
+                x.astype(Dtype::Float32)?
+            };
             return x.linear(&self.dequantized()?);
         }
         let (dtype, activations) = (self.dtype, self.activations);
-        let kernel: Arc<CpuKernelFn> = Arc::new(move |inputs, out| {
-            let (w, xb) = (inputs[0], inputs[1]);
-            let x = floats(xb);
-            let mut y = vec![0f32; out.len() / 4];
-            rows_times(dtype, w, cols as usize, &x, &mut y, activations)
-                .map_err(|e| e.to_string())?;
-            for (o, v) in out.chunks_exact_mut(4).zip(&y) {
-                o.copy_from_slice(&v.to_le_bytes());
-            }
-            Ok(())
-        });
-        cpu_kernel(&[&self.bytes, &x], &shape, Dtype::Float32, kernel)
+        row_product(&[&self.bytes], x, self.rows()?, move |w, x, y| {
+            rows_times(dtype, w[0], cols as usize, x, y, activations).map_err(|e| e.to_string())
+        })
     }
 
     /// The matrix in float32, `[rows, cols]`.
@@ -112,6 +99,41 @@ fn dequantize_rows(bytes: &Array, dtype: GgufDtype, cols: i32) -> mlx_core::Resu
         Ok(())
     });
     cpu_kernel(&[bytes], &shape, Dtype::Float32, kernel)
+}
+
+/// `x @ Wᵀ` in float32 for one row of activations `x` `[..., cols]` against a
+/// matrix of `rows` rows held in the arrays `weights`: an operation whose CPU
+/// kernel hands `product` the weights' bytes (in order) and the row's
+/// values, and takes the `rows` products from it.
+pub(crate) fn row_product(
+    weights: &[&Array],
+    x: &Array,
+    rows: i32,
+    product: impl Fn(&[&[u8]], &[f32], &mut [f32]) -> Result<(), String> + Send + Sync + 'static,
+) -> mlx_core::Result<Array> {
+    let x = if x.dtype() == Dtype::Float32 {
+        x.clone()
+    } else {
+        x.astype(Dtype::Float32)?
+    };
+    let mut shape = x.shape();
+    if let Some(last) = shape.last_mut() {
+        *last = rows;
+    }
+    let kernel: Arc<CpuKernelFn> = Arc::new(move |inputs, out| {
+        let Some((xb, w)) = inputs.split_last() else {
+            return Err("a row product without inputs".into());
+        };
+        let mut y = vec![0f32; out.len() / 4];
+        product(w, &floats(xb), &mut y)?;
+        for (o, v) in out.chunks_exact_mut(4).zip(&y) {
+            o.copy_from_slice(&v.to_le_bytes());
+        }
+        Ok(())
+    });
+    let mut inputs = weights.to_vec();
+    inputs.push(&x);
+    cpu_kernel(&inputs, &shape, Dtype::Float32, kernel)
 }
 
 /// Little-endian float32 values of `bytes`.

@@ -101,21 +101,19 @@ impl Linear {
             let cols = a.dim(1)?;
             a.slice(&[start, 0], &[end, cols], &[1, 1])
         };
+        let quantized_rows = |q: &QuantizedArray| -> mlx_core::Result<QuantizedArray> {
+            Ok(QuantizedArray {
+                packed: rows(&q.packed)?,
+                scales: rows(&q.scales)?,
+                biases: rows(&q.biases)?,
+                group_size: q.group_size,
+                bits: q.bits,
+            })
+        };
         Ok(match self {
             Linear::Dense(w) => Linear::Dense(rows(w)?),
-            Linear::Quantized(q) | Linear::QuantizedCpu(q) => {
-                let part = QuantizedArray {
-                    packed: rows(&q.packed)?,
-                    scales: rows(&q.scales)?,
-                    biases: rows(&q.biases)?,
-                    group_size: q.group_size,
-                    bits: q.bits,
-                };
-                match self {
-                    Linear::QuantizedCpu(_) => Linear::QuantizedCpu(part),
-                    _ => Linear::Quantized(part),
-                }
-            }
+            Linear::Quantized(q) => Linear::Quantized(quantized_rows(q)?),
+            Linear::QuantizedCpu(q) => Linear::QuantizedCpu(quantized_rows(q)?),
             Linear::Gguf(g) => Linear::Gguf(g.row_range(start, end)?),
             Linear::Parts(parts) => {
                 // The range lies within one part (the callers ask for whole

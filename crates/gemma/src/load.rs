@@ -261,40 +261,35 @@ fn evaluate_weights(model: &Gemma3) -> mlx_core::Result<()> {
 /// Replaces every dense projection (and the embedding) by its MLX affine
 /// quantization.
 pub fn quantize_weights(model: &mut Gemma3, bits: i32, group_size: i32) -> Result<(), LoadError> {
-    let quantize_linear = |l: &mut Linear| -> mlx_core::Result<()> {
+    each_projection(model, |l| {
         if let Linear::Dense(w) = l {
             let q = quantize(w, group_size, bits)?;
             mlx_core::eval(&[&q.packed, &q.scales, &q.biases])?;
             *l = Linear::Quantized(q);
         }
         Ok(())
-    };
-    quantize_linear(&mut model.embed)?;
-    for layer in &mut model.layers {
-        for l in [
-            &mut layer.qkv_proj,
-            &mut layer.o_proj,
-            &mut layer.gate_up_proj,
-            &mut layer.down_proj,
-        ] {
-            quantize_linear(l)?;
-        }
-    }
-    Ok(())
+    })
 }
 
 /// Hands every MLX affine-quantized projection (and embedding) our kernel
 /// can take to it ([`Linear::QuantizedCpu`]).
 fn affine_products_on_our_kernel(model: &mut Gemma3) -> Result<(), LoadError> {
-    let convert = |l: &mut Linear| -> mlx_core::Result<()> {
+    each_projection(model, |l| {
         if let Linear::Quantized(q) = l {
             if affine_linear::takes(q)? {
                 *l = Linear::QuantizedCpu(q.clone());
             }
         }
         Ok(())
-    };
-    convert(&mut model.embed)?;
+    })
+}
+
+/// Runs `f` on the embedding and on every layer's projections.
+fn each_projection(
+    model: &mut Gemma3,
+    mut f: impl FnMut(&mut Linear) -> mlx_core::Result<()>,
+) -> Result<(), LoadError> {
+    f(&mut model.embed)?;
     for layer in &mut model.layers {
         for l in [
             &mut layer.qkv_proj,
@@ -302,7 +297,7 @@ fn affine_products_on_our_kernel(model: &mut Gemma3) -> Result<(), LoadError> {
             &mut layer.gate_up_proj,
             &mut layer.down_proj,
         ] {
-            convert(l)?;
+            f(l)?;
         }
     }
     Ok(())

@@ -21,7 +21,7 @@ use super::dtype::GgufDtype;
 /// Bytes of the matrix handed to one rayon task at least: a task's rows take
 /// several microseconds, so that scheduling them does not cost more than
 /// the products.
-const MIN_BYTES_PER_TASK: usize = 64 * 1024;
+pub(crate) const MIN_BYTES_PER_TASK: usize = 64 * 1024;
 
 /// How activations enter a product with block-quantized rows.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -30,8 +30,8 @@ use std::path::{Path, PathBuf};
 use memmap2::Mmap;
 
 pub use dequant::{dequantize, DequantError};
-pub(crate) use dot::Int8Row;
 pub use dot::{can_multiply, rows_times, rows_times_with, Activations, Kernels};
+pub(crate) use dot::{Int8Row, MIN_BYTES_PER_TASK};
 pub use dtype::GgufDtype;
 pub use error::{GgufError, GgufProblem};
 pub use reader::DEFAULT_ALIGNMENT;
