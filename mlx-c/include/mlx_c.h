@@ -313,8 +313,11 @@ int mlx_linear(mlx_array* out, mlx_array x, mlx_array w, mlx_stream s);
 /** A kernel of the caller's for `mlx_cpu_kernel`: fills `out` (`out_bytes`
  * bytes) from the `n` inputs' row-contiguous data (`in_bytes[i]` bytes each);
  * returns 0, or non-zero with a message written to `error` (at most
- * `error_len` bytes including the terminating NUL). */
-typedef int (*mlx_cpu_kernel_fn)(void* ctx, const void* const* inputs,
+ * `error_len` bytes including the terminating NUL). An input that was
+ * row-contiguous when evaluated arrives as its own buffer, not a copy, so a
+ * kernel may write into one that nothing else reads (a buffer handed over to
+ * the operation). */
+typedef int (*mlx_cpu_kernel_fn)(void* ctx, void* const* inputs,
                                  const size_t* in_bytes, size_t n, void* out,
                                  size_t out_bytes, char* error,
                                  size_t error_len);

@@ -22,14 +22,16 @@ class CpuKernel : public mx::UnaryPrimitive {
                 mx::array& out) override {
     out.set_data(mx::allocator::malloc(out.nbytes()));
     auto& encoder = mx::cpu::get_command_encoder(stream());
-    std::vector<const void*> data;
+    std::vector<void*> data;
     std::vector<size_t> bytes;
     for (const auto& x : inputs) {
       if (!x.flags().row_contiguous) {
         throw std::runtime_error("cpu kernel: an input is not row-contiguous");
       }
       encoder.set_input_array(x);
-      data.push_back(x.data<void>());
+      // The array's own buffer: a kernel may write into an input handed
+      // over to it (mlx_c.h).
+      data.push_back(const_cast<void*>(x.data<void>()));
       bytes.push_back(x.nbytes());
     }
     encoder.set_output_array(out);

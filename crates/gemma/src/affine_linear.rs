@@ -47,29 +47,44 @@ pub fn times(q: &QuantizedArray, x: &Array) -> mlx_core::Result<Array> {
                 w.len()
             ));
         };
-        let (scales, biases) = (floats(scales), floats(biases));
-        let row = Int8Row::new(x);
-        let x = row.as_activations();
-        let rows = y.len();
-        let row_bytes = packed.len() / rows.max(1);
-        let groups = scales.len() / rows.max(1);
-        let rows_per_task = (MIN_BYTES_PER_TASK / row_bytes.max(1)).max(1);
-        y.par_chunks_mut(rows_per_task)
-            .zip(packed.par_chunks(rows_per_task * row_bytes.max(1)))
-            .zip(scales.par_chunks(rows_per_task * groups.max(1)))
-            .zip(biases.par_chunks(rows_per_task * groups.max(1)))
-            .try_for_each(|(((o, packed), scales), biases)| {
-                let w = AffineRows {
-                    packed,
-                    scales,
-                    biases,
-                    bits,
-                    group_size,
-                };
-                affine_rows_dot(w, x, o)
-            })
-            .map_err(|e| e.to_string())
+        rows_times(packed, scales, biases, bits, group_size, x, y)
     })
+}
+
+/// `y[r] = Σ_j w[r, j] · x_j` for the `y.len()` rows of `bits`-bit groups of
+/// `group_size` held as bytes (the packed values, float32 scales and
+/// biases), rows in parallel, `x` entering as 8-bit activations.
+pub(crate) fn rows_times(
+    packed: &[u8],
+    scales: &[u8],
+    biases: &[u8],
+    bits: i32,
+    group_size: i32,
+    x: &[f32],
+    y: &mut [f32],
+) -> Result<(), String> {
+    let (scales, biases) = (floats(scales), floats(biases));
+    let row = Int8Row::new(x);
+    let x = row.as_activations();
+    let rows = y.len();
+    let row_bytes = packed.len() / rows.max(1);
+    let groups = scales.len() / rows.max(1);
+    let rows_per_task = (MIN_BYTES_PER_TASK / row_bytes.max(1)).max(1);
+    y.par_chunks_mut(rows_per_task)
+        .zip(packed.par_chunks(rows_per_task * row_bytes.max(1)))
+        .zip(scales.par_chunks(rows_per_task * groups.max(1)))
+        .zip(biases.par_chunks(rows_per_task * groups.max(1)))
+        .try_for_each(|(((o, packed), scales), biases)| {
+            let w = AffineRows {
+                packed,
+                scales,
+                biases,
+                bits,
+                group_size,
+            };
+            affine_rows_dot(w, x, o)
+        })
+        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

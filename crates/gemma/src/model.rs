@@ -17,6 +17,7 @@ use crate::cache::{
     Attend, CacheError, CacheFormat, KeyMask, KvCache, KvStore, LayerCache, RotatingKvCache,
 };
 use crate::config::Gemma3Config;
+use crate::cpu_layer::{self, decode_layer_cpu};
 use crate::kernels::{
     decode_attention_stored, decode_layer, grid_barrier, qk_norm_rope, resident_blocks,
     residual_norms, LayerGeometry, LayerWeights, Rotary,
@@ -212,6 +213,10 @@ impl Gemma3 {
             if let Some(normed) = self.fused_blocks(&h, targets)? {
                 return Ok(normed);
             }
+        } else if !place.gpu {
+            if let Some(normed) = self.cpu_blocks(&h, targets)? {
+                return Ok(normed);
+            }
         }
         let mut normed = rms_norm(&h, Some(&first.input_norm), self.config.rms_norm_eps)?;
         for (i, (layer, target)) in self.layers.iter().zip(targets.iter_mut()).enumerate() {
@@ -249,6 +254,44 @@ impl Gemma3 {
             Some(&self.norm),
             self.config.rms_norm_eps,
         )?))
+    }
+
+    /// The final normalized hidden state of one token `h` (embedded) through
+    /// every block as one CPU operation each ([`decode_layer_cpu`]), the
+    /// blocks writing into fixed-shape targets; `None` where some block does
+    /// not suit the operation (nothing has run then: the graph is lazy).
+    fn cpu_blocks(&self, h: &Array, targets: &[KvTarget<'_>]) -> Result<Option<Array>, ModelError> {
+        let mut x = h.clone();
+        for (i, (layer, target)) in self.layers.iter().zip(targets).enumerate() {
+            let KvTarget::Fixed(fixed) = target else {
+                return Ok(None);
+            };
+            match decode_layer_cpu(&x, layer, &fixed.layer_kv(), self.layer_geometry(i))? {
+                Some(out) => x = out,
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(rms_norm(
+            &x,
+            Some(&self.norm),
+            self.config.rms_norm_eps,
+        )?))
+    }
+
+    /// Whether the compiled decode step runs every block as one CPU
+    /// operation ([`decode_layer_cpu`]) on the CPU: each block's
+    /// projections are on our CPU kernels (weights as stored, 8-bit
+    /// activations or GGUF blocks) and the model computes in float32.
+    pub fn has_cpu_layers(&self) -> mlx_core::Result<bool> {
+        if self.dtype != Dtype::Float32 || self.layers.is_empty() {
+            return Ok(false);
+        }
+        for layer in &self.layers {
+            if !cpu_layer::runs(layer)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     /// The head layout and constants of block `index`, as

@@ -1,7 +1,9 @@
 //! Operations whose CPU evaluation is a Rust kernel: MLX evaluates them
 //! lazily like its own, handing the kernel the inputs' bytes and the
-//! output's buffer on its CPU stream's thread.
+//! output's buffer on its CPU stream's thread. A kernel may also write into
+//! inputs handed over to it ([`cpu_kernel_in_place`]).
 
+use std::ops::Range;
 use std::os::raw::{c_char, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
@@ -17,11 +19,22 @@ use crate::{Array, Dtype, Result};
 /// row-contiguous, in the order given), or says why it could not.
 pub type CpuKernelFn = dyn Fn(&[&[u8]], &mut [u8]) -> std::result::Result<(), String> + Send + Sync;
 
-type Shared = Arc<CpuKernelFn>;
+/// A CPU kernel that also writes into inputs in place: it reads the first
+/// inputs' bytes, may write the others' (in the order given), and fills the
+/// output's bytes.
+pub type CpuKernelInPlaceFn =
+    dyn Fn(&[&[u8]], &mut [&mut [u8]], &mut [u8]) -> std::result::Result<(), String> + Send + Sync;
+
+/// What MLX holds for one operation: the kernel and how many of its inputs
+/// it only reads (those come first).
+struct Shared {
+    kernel: Arc<CpuKernelInPlaceFn>,
+    read: usize,
+}
 
 unsafe extern "C" fn trampoline(
     ctx: *mut c_void,
-    inputs: *const *const c_void,
+    inputs: *const *mut c_void,
     in_bytes: *const usize,
     n: usize,
     out: *mut c_void,
@@ -33,7 +46,7 @@ unsafe extern "C" fn trampoline(
         // SAFETY: `ctx` is the Shared given to mlx_cpu_kernel, alive until
         // `free_ctx` runs; MLX passes `n` input pointers and lengths of live
         // buffers and an output buffer of `out_bytes` bytes for this call.
-        let kernel = unsafe { &*(ctx as *const Shared) };
+        let shared = unsafe { &*(ctx as *const Shared) };
         let (pointers, lengths) = if n == 0 {
             (&[][..], &[][..])
         } else {
@@ -44,7 +57,27 @@ unsafe extern "C" fn trampoline(
                 )
             }
         };
-        let views: Vec<&[u8]> = pointers
+        let spans: Vec<Range<usize>> = pointers
+            .iter()
+            .zip(lengths)
+            .map(|(&p, &len)| p as usize..p as usize + len)
+            .collect();
+        let read = shared.read.min(n);
+        let overlap = |a: &Range<usize>, b: &Range<usize>| {
+            !a.is_empty() && !b.is_empty() && a.start < b.end && b.start < a.end
+        };
+        for (i, written) in spans.iter().enumerate().skip(read) {
+            let shared_with = spans
+                .iter()
+                .enumerate()
+                .find(|&(j, other)| j != i && overlap(written, other));
+            if let Some((j, _)) = shared_with {
+                return Err(format!(
+                    "input {i}, written in place, shares memory with input {j}"
+                ));
+            }
+        }
+        let views: Vec<&[u8]> = pointers[..read]
             .iter()
             .zip(lengths)
             .map(|(&p, &len)| {
@@ -52,7 +85,21 @@ unsafe extern "C" fn trampoline(
                     &[][..]
                 } else {
                     // SAFETY: see above.
-                    unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) }
+                    unsafe { std::slice::from_raw_parts(p.cast::<u8>().cast_const(), len) }
+                }
+            })
+            .collect();
+        let mut written: Vec<&mut [u8]> = pointers[read..]
+            .iter()
+            .zip(&lengths[read..])
+            .map(|(&p, &len)| {
+                if len == 0 {
+                    &mut [][..]
+                } else {
+                    // SAFETY: see above; each written buffer overlaps no
+                    // other input (checked above), and MLX hands it to this
+                    // kernel alone while it runs (the caller handed it over).
+                    unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), len) }
                 }
             })
             .collect();
@@ -62,13 +109,13 @@ unsafe extern "C" fn trampoline(
             // SAFETY: see above.
             unsafe { std::slice::from_raw_parts_mut(out.cast::<u8>(), out_bytes) }
         };
-        kernel(&views, output)
+        (shared.kernel)(&views, &mut written, output)
     }));
     callback_status(result, "a Rust CPU kernel panicked", error, error_len)
 }
 
 unsafe extern "C" fn free_ctx(ctx: *mut c_void) {
-    // SAFETY: `ctx` came from Box::into_raw in `cpu_kernel`; freed once.
+    // SAFETY: `ctx` came from Box::into_raw in `make`; freed once.
     drop(unsafe { Box::from_raw(ctx as *mut Shared) });
 }
 
@@ -83,7 +130,37 @@ pub fn cpu_kernel(
     dtype: Dtype,
     kernel: Arc<CpuKernelFn>,
 ) -> Result<Array> {
-    let ctx = Box::into_raw(Box::new(kernel)).cast::<c_void>();
+    let kernel: Arc<CpuKernelInPlaceFn> = Arc::new(move |read, _, out| kernel(read, out));
+    make(inputs, inputs.len(), shape, dtype, kernel)
+}
+
+/// [`cpu_kernel`] that also writes into the arrays `written` in place. They
+/// must be row-contiguous once evaluated (MLX would hand the kernel a copy of
+/// any other, and the writes would be lost), and the caller must hand them
+/// over: nothing else may read them until this operation has run (other
+/// arrays sharing their buffers see the writes). A written input that
+/// shares memory with another input fails the kernel.
+pub fn cpu_kernel_in_place(
+    read: &[&Array],
+    written: &[&Array],
+    shape: &[i32],
+    dtype: Dtype,
+    kernel: Arc<CpuKernelInPlaceFn>,
+) -> Result<Array> {
+    let inputs: Vec<&Array> = read.iter().chain(written).copied().collect();
+    make(&inputs, read.len(), shape, dtype, kernel)
+}
+
+/// The operation of `kernel` over `inputs`, the first `read` of them only
+/// read.
+fn make(
+    inputs: &[&Array],
+    read: usize,
+    shape: &[i32],
+    dtype: Dtype,
+    kernel: Arc<CpuKernelInPlaceFn>,
+) -> Result<Array> {
+    let ctx = Box::into_raw(Box::new(Shared { kernel, read })).cast::<c_void>();
     let handles: Vec<sys::mlx_array> = inputs.iter().map(|a| a.raw()).collect();
     // SAFETY: `ctx` is handed to MLX, which frees it with `free_ctx` once
     // (also when this call fails); live input handles and a valid shape.
@@ -133,5 +210,29 @@ mod tests {
         let fail: Arc<CpuKernelFn> = Arc::new(|_, _| Err("no".into()));
         let z = cpu_kernel(&[&x], &[2], Dtype::Float32, fail).unwrap();
         assert!(z.to_vec::<f32>().unwrap().iter().all(|v| v.is_nan()));
+    }
+
+    #[test]
+    fn an_in_place_kernel_writes_into_the_buffer_handed_over() {
+        let x = Array::from_slice(&[1.0f32, 2.0], &[2]).unwrap();
+        let store = Array::from_slice(&[0.0f32; 4], &[4]).unwrap();
+        store.eval().unwrap();
+        let kernel: Arc<CpuKernelInPlaceFn> = Arc::new(|read, written, out| {
+            written[0][4..12].copy_from_slice(&read[0][..8]);
+            out.copy_from_slice(&7.0f32.to_le_bytes());
+            Ok(())
+        });
+        let y = cpu_kernel_in_place(&[&x], &[&store], &[1], Dtype::Float32, kernel).unwrap();
+        assert_eq!(y.to_vec::<f32>().unwrap(), vec![7.0]);
+        assert_eq!(store.to_vec::<f32>().unwrap(), vec![0.0, 1.0, 2.0, 0.0]);
+    }
+
+    #[test]
+    fn an_input_written_in_place_may_not_share_memory_with_another() {
+        let store = Array::from_slice(&[0.0f32; 4], &[4]).unwrap();
+        store.eval().unwrap();
+        let kernel: Arc<CpuKernelInPlaceFn> = Arc::new(|_, _, _| Ok(()));
+        let y = cpu_kernel_in_place(&[&store], &[&store], &[1], Dtype::Float32, kernel).unwrap();
+        assert!(y.to_vec::<f32>().unwrap()[0].is_nan());
     }
 }

@@ -547,11 +547,11 @@ unsafe extern "C" {
         s: mlx_stream,
     ) -> ::std::os::raw::c_int;
 }
-#[doc = " A kernel of the caller's for `mlx_cpu_kernel`: fills `out` (`out_bytes`\n bytes) from the `n` inputs' row-contiguous data (`in_bytes[i]` bytes each);\n returns 0, or non-zero with a message written to `error` (at most\n `error_len` bytes including the terminating NUL)."]
+#[doc = " A kernel of the caller's for `mlx_cpu_kernel`: fills `out` (`out_bytes`\n bytes) from the `n` inputs' row-contiguous data (`in_bytes[i]` bytes each);\n returns 0, or non-zero with a message written to `error` (at most\n `error_len` bytes including the terminating NUL). An input that was\n row-contiguous when evaluated arrives as its own buffer, not a copy, so a\n kernel may write into one that nothing else reads (a buffer handed over to\n the operation)."]
 pub type mlx_cpu_kernel_fn = ::std::option::Option<
     unsafe extern "C" fn(
         ctx: *mut ::std::os::raw::c_void,
-        inputs: *const *const ::std::os::raw::c_void,
+        inputs: *const *mut ::std::os::raw::c_void,
         in_bytes: *const usize,
         n: usize,
         out: *mut ::std::os::raw::c_void,

@@ -38,14 +38,19 @@ pub fn tiny_config(sliding_window_pattern: usize) -> Gemma3Config {
 
 /// Random weights of `config` in `dtype` from `seed`, through the loader.
 pub fn random_model(config: Gemma3Config, dtype: Dtype, seed: u64) -> Gemma3 {
-    let source = ModelSource::Random {
-        config: Box::new(config),
-        seed,
-    };
     let options = LoadOptions {
         dtype,
         quantize: None,
         weights: WeightStorage::Dequantized,
+    };
+    random_model_with(config, options, seed)
+}
+
+/// Random weights of `config` from `seed`, loaded with `options`.
+pub fn random_model_with(config: Gemma3Config, options: LoadOptions, seed: u64) -> Gemma3 {
+    let source = ModelSource::Random {
+        config: Box::new(config),
+        seed,
     };
     load(&source, options, &mut |_, _| {})
         .expect("random model")

@@ -102,8 +102,10 @@ pub struct SamplingArgs {
     pub prefill_chunk: Option<usize>,
     /// How tokens after the prompt are decoded: `compiled` runs one
     /// fixed-shape step compiled by MLX (every KV cache format; eager where a
-    /// cache changes format during the generation). Default: compiled on the
-    /// GPU with our kernels, eager otherwise.
+    /// cache changes format during the generation). Default: compiled where
+    /// the step runs every block as one kernel of ours (on the GPU with our
+    /// kernels; on the CPU with `--weights native` and every projection on
+    /// our kernels), eager otherwise.
     #[arg(long, value_enum)]
     pub decode: Option<DecodeMode>,
     /// Decode steps queued on the device per host-device synchronisation

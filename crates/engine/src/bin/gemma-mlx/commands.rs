@@ -31,7 +31,8 @@ pub fn run(cli: Cli) -> Result<()> {
 }
 
 /// The options `sampling` asks for; what it leaves unset takes the defaults
-/// of `model`'s device (which this places the computation on).
+/// of `model`'s device (which this places the computation on), but for
+/// what [`fit_to_model`] settles once the model is loaded.
 pub(crate) fn options(sampling: &SamplingArgs, model: &ModelArgs) -> Result<GenerateOptions> {
     let device = model.place()?;
     let spec = KvSpec::parse(sampling.kv.as_deref().unwrap_or(""))?;
@@ -63,9 +64,7 @@ pub(crate) fn options(sampling: &SamplingArgs, model: &ModelArgs) -> Result<Gene
         prefill_chunk: sampling
             .prefill_chunk
             .unwrap_or(default_prefill_chunk(device)),
-        decode: sampling
-            .decode
-            .unwrap_or(default_decode(device, model.runs_gpu_kernels())),
+        decode: sampling.decode.unwrap_or_default(),
         steps_per_sync: sampling
             .steps_per_sync
             .map_or(default_steps_per_sync(device), |n| n as usize),
@@ -73,9 +72,18 @@ pub(crate) fn options(sampling: &SamplingArgs, model: &ModelArgs) -> Result<Gene
     })
 }
 
-/// Keeps XTC off the newline and end-of-sequence tokens, as mlx-lm's
+/// Settles what `options` (from [`options`]) take from the loaded model:
+/// the decoding mode unless `sampling` asked for one ([`default_decode`]),
+/// and XTC kept off the newline and end-of-sequence tokens, as mlx-lm's
 /// command line does (a model without tokenizer: its end-of-sequence ids).
-pub(crate) fn protect_from_xtc(options: &mut GenerateOptions, engine: &Engine) -> Result<()> {
+pub(crate) fn fit_to_model(
+    options: &mut GenerateOptions,
+    sampling: &SamplingArgs,
+    engine: &Engine,
+) -> Result<()> {
+    if sampling.decode.is_none() {
+        options.decode = default_decode(&engine.loaded.model)?;
+    }
     if options.sampler.xtc_probability.is_none() {
         return Ok(());
     }
@@ -135,7 +143,7 @@ fn generate(args: GenerateArgs) -> Result<()> {
         None => text_or_stdin(args.prompt.as_ref())?,
     };
     let engine = args.model.load(args.json)?;
-    protect_from_xtc(&mut options, &engine)?;
+    fit_to_model(&mut options, &args.sampling, &engine)?;
     let mut on_text = stream_to(args.json);
     let result = if let Some(ids) = ids {
         engine.generate_ids(&ids, &options, &mut on_text)?
@@ -176,7 +184,7 @@ fn synthetic_prompt(n: usize) -> Vec<u32> {
 fn chat(args: ChatArgs) -> Result<()> {
     let mut options = options(&args.sampling, &args.model)?;
     let engine = args.model.load(args.json)?;
-    protect_from_xtc(&mut options, &engine)?;
+    fit_to_model(&mut options, &args.sampling, &engine)?;
     let mut session = ChatSession::new(&engine, args.system.as_deref(), options)?;
     let stdin = std::io::stdin();
     let mut lines = stdin.lock().lines();

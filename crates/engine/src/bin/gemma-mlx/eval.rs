@@ -11,6 +11,7 @@ use engine::kld::sweep::{chunks, sweep, ChunkSettings, Side};
 use engine::kld::trajectory::{
     agreement, greedy_ids, parse_prompts, PromptAgreement, TrajectoryPrompt,
 };
+use engine::options::default_decode;
 use engine::{Engine, GenerateOptions, KvSpec};
 use indicatif::{ProgressBar, ProgressStyle};
 use mlx_core::device;
@@ -129,11 +130,14 @@ fn load_with(model: &ModelArgs, path: Option<&PathBuf>, quiet: bool) -> Result<E
     args.load(quiet)
 }
 
-fn greedy_options(spec: &KvSpec, max_tokens: usize) -> Result<GenerateOptions> {
+/// Greedy decoding of `max_tokens` over caches of `spec` on `engine`, in the
+/// decoding mode the command line picks for its model ([`default_decode`]).
+fn greedy_options(engine: &Engine, spec: &KvSpec, max_tokens: usize) -> Result<GenerateOptions> {
     Ok(GenerateOptions {
         max_tokens,
         cache_format: spec.cache_format()?,
         kv_start: spec.start,
+        decode: default_decode(&engine.loaded.model)?,
         ..GenerateOptions::default()
     })
 }
@@ -156,12 +160,16 @@ fn trajectory_agreements(
     let reference_ids = greedy_ids(
         reference,
         prompts,
-        &greedy_options(reference_spec, max_tokens)?,
+        &greedy_options(reference, reference_spec, max_tokens)?,
     )?;
     specs
         .iter()
         .map(|spec| {
-            let ids = greedy_ids(candidate, prompts, &greedy_options(spec, max_tokens)?)?;
+            let ids = greedy_ids(
+                candidate,
+                prompts,
+                &greedy_options(candidate, spec, max_tokens)?,
+            )?;
             Ok(reference_ids
                 .iter()
                 .zip(&ids)

@@ -36,7 +36,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::args::SamplingArgs;
-use crate::commands::{generation_json, options, protect_from_xtc, tokenize_json};
+use crate::commands::{fit_to_model, generation_json, options, tokenize_json};
 use crate::eval::{kld_report, trajectory_report, KldJob};
 use crate::model_args::ModelArgs;
 
@@ -264,7 +264,7 @@ impl Worker {
             .sampling;
         let engine = self.engine()?;
         let mut options = options(&sampling, &self.args)?;
-        protect_from_xtc(&mut options, engine)?;
+        fit_to_model(&mut options, &sampling, engine)?;
         let mut quiet = |_: &engine::TokenEvent<'_>| {};
         let generation = if chat {
             let mut messages: Vec<ChatMessage> = system
