@@ -204,6 +204,31 @@ fn compiled_decoding_gives_the_greedy_ids_of_mlx_lm() {
 }
 
 #[test]
+fn native_weights_decode_compiled_by_default_with_the_greedy_ids_of_mlx_lm() {
+    // Float32 activations: our block kernels sum the same products as the
+    // dequantized matrices, in another order.
+    for (prompt, _, expected) in mlx_lm_reference() {
+        let args = [
+            "generate",
+            "--json",
+            prompt.as_str(),
+            "--max-tokens",
+            "32",
+            "--weights",
+            "native",
+            "--activations",
+            "f32",
+        ];
+        let v = json_of(&run(&args, None));
+        assert_eq!(v["decode"], "compiled", "{prompt}");
+        // The blocks as stored (253 MB), not the 1 GB of float32 weights.
+        let peak = v["peak_memory_bytes"].as_u64().unwrap_or(0);
+        assert!(peak > 200_000_000 && peak < 500_000_000, "{v}");
+        assert_eq!(ids(&v["token_ids"]), expected, "greedy ids of {prompt:?}");
+    }
+}
+
+#[test]
 fn on_the_cpu_the_default_decoding_is_eager_with_or_without_gpu_kernels() {
     let (prompt, _, expected) = mlx_lm_reference().swap_remove(0);
     for kernels in [&[][..], &["--gpu-kernels"], &["--gpu-kernels=false"]] {

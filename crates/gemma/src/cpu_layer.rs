@@ -22,6 +22,7 @@ use rayon::prelude::*;
 
 use crate::affine_linear;
 use crate::cache::KvStore;
+use crate::cpu_gelu::gated_gelu_value;
 use crate::kernels::{LayerGeometry, LayerKv};
 use crate::linear::Linear;
 use crate::model::Layer;
@@ -379,7 +380,11 @@ impl Block {
         let mut gate_up = vec![0f32; 2 * self.intermediate];
         self.projections[2].apply(gate_up_w, &normed, &mut gate_up)?;
         let (gate, up) = gate_up.split_at(self.intermediate);
-        let gated: Vec<f32> = gate.iter().zip(up).map(|(&g, &u)| gelu(g) * u).collect();
+        let gated: Vec<f32> = gate
+            .iter()
+            .zip(up)
+            .map(|(&g, &u)| gated_gelu_value(g, u))
+            .collect();
         self.projections[3].apply(down_w, &gated, &mut r)?;
         for ((o, a), b) in out.iter_mut().zip(&h).zip(rms_norm(&r, w_post_ffn, g.eps)) {
             *o = a + b;
@@ -414,12 +419,6 @@ fn rms_norm_in_place(x: &mut [f32], w: &[f32], eps: f32) {
     for (v, w) in x.iter_mut().zip(w) {
         *v = w * (*v * inverse);
     }
-}
-
-/// mlx's `gelu_approx`: `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`.
-fn gelu(x: f32) -> f32 {
-    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
-    0.5 * x * (1.0 + (SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x)).tanh())
 }
 
 /// RoPE's cosines and sines at one position, for vectors whose halves

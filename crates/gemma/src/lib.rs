@@ -5,6 +5,7 @@ pub mod cache;
 pub mod chat_template;
 pub mod config;
 pub mod convert;
+mod cpu_gelu;
 mod cpu_layer;
 pub mod decode_step;
 pub mod gguf_linear;

@@ -17,6 +17,7 @@ use crate::cache::{
     Attend, CacheError, CacheFormat, KeyMask, KvCache, KvStore, LayerCache, RotatingKvCache,
 };
 use crate::config::Gemma3Config;
+use crate::cpu_gelu;
 use crate::cpu_layer::{self, decode_layer_cpu};
 use crate::kernels::{
     decode_attention_stored, decode_layer, grid_barrier, qk_norm_rope, resident_blocks,
@@ -343,7 +344,7 @@ impl Gemma3 {
             eps,
             fused,
         )?;
-        let r = self.mlp(layer, &h_normed, fused)?;
+        let r = self.mlp(layer, &h_normed, place)?;
         Ok(residual_norms(
             &h,
             &r,
@@ -354,7 +355,8 @@ impl Gemma3 {
         )?)
     }
 
-    fn mlp(&self, layer: &Layer, x: &Array, fused: bool) -> Result<Array, ModelError> {
+    fn mlp(&self, layer: &Layer, x: &Array, place: Placement) -> Result<Array, ModelError> {
+        let fused = place.kernels;
         let inter = self.config.intermediate_size as i32;
         let parts = layer
             .gate_up_proj
@@ -364,9 +366,15 @@ impl Gemma3 {
                 "gate/up projection gave the wrong parts".into(),
             ));
         };
-        Ok(layer
-            .down_proj
-            .forward_with(&gated_gelu(gate, up)?, fused)?)
+        let gated = match place.gpu {
+            false => cpu_gelu::gated_gelu(gate, up)?,
+            true => None,
+        };
+        let gated = match gated {
+            Some(g) => g,
+            None => gated_gelu(gate, up)?,
+        };
+        Ok(layer.down_proj.forward_with(&gated, fused)?)
     }
 
     fn attention(
