@@ -17,153 +17,17 @@ use std::sync::Arc;
 
 use mlx_core::cpu_kernel::{cpu_kernel_in_place, CpuKernelInPlaceFn};
 use mlx_core::{Array, Dtype};
-use multiversion::multiversion;
-use rayon::prelude::*;
 
-use crate::affine_linear;
 use crate::cache::KvStore;
-use crate::cpu_gelu::gated_gelu_value;
+use crate::cpu_attention::{attend, dot, Heads};
+use crate::cpu_gelu::gated_gelu_into;
+use crate::cpu_projection::Projection;
 use crate::kernels::{LayerGeometry, LayerKv};
-use crate::linear::Linear;
 use crate::model::Layer;
-use crate::weights::gguf::{can_multiply, rows_times, Activations, GgufDtype};
 
 /// Inputs before the projections' arrays: the token's hidden state, the six
 /// norms' weights and the three positions.
 const LEADING_INPUTS: usize = 10;
-
-/// One piece of a projection, some of its output rows in one format.
-#[derive(Debug, Clone, Copy)]
-enum Piece {
-    /// GGUF blocks (one array).
-    Gguf {
-        dtype: GgufDtype,
-        rows: usize,
-        cols: usize,
-        activations: Activations,
-    },
-    /// MLX affine groups (packed values, scales and biases).
-    Affine {
-        rows: usize,
-        bits: i32,
-        group_size: i32,
-    },
-}
-
-impl Piece {
-    /// Arrays the piece reads.
-    fn arrays(&self) -> usize {
-        match self {
-            Piece::Gguf { .. } => 1,
-            Piece::Affine { .. } => 3,
-        }
-    }
-
-    /// Output rows.
-    fn rows(&self) -> usize {
-        match *self {
-            Piece::Gguf { rows, .. } | Piece::Affine { rows, .. } => rows,
-        }
-    }
-}
-
-/// A projection as the block operation reads it: its pieces stacked along
-/// the output rows.
-#[derive(Debug, Clone)]
-struct Projection {
-    pieces: Vec<Piece>,
-}
-
-impl Projection {
-    /// The projection of `linear`, pushing the arrays it reads onto
-    /// `arrays`; `None` where some part is not in a format of our CPU
-    /// kernels.
-    fn of<'a>(
-        linear: &'a Linear,
-        arrays: &mut Vec<&'a Array>,
-    ) -> mlx_core::Result<Option<Projection>> {
-        let mut pieces = Vec::new();
-        if !Self::collect(linear, arrays, &mut pieces)? {
-            return Ok(None);
-        }
-        Ok(Some(Projection { pieces }))
-    }
-
-    fn collect<'a>(
-        linear: &'a Linear,
-        arrays: &mut Vec<&'a Array>,
-        pieces: &mut Vec<Piece>,
-    ) -> mlx_core::Result<bool> {
-        match linear {
-            Linear::Gguf(g) if can_multiply(g.dtype) => {
-                pieces.push(Piece::Gguf {
-                    dtype: g.dtype,
-                    rows: g.rows()? as usize,
-                    cols: g.cols as usize,
-                    activations: g.activations,
-                });
-                arrays.push(&g.bytes);
-            }
-            Linear::QuantizedCpu(q) if affine_linear::takes(q)? => {
-                pieces.push(Piece::Affine {
-                    rows: q.packed.dim(0)? as usize,
-                    bits: q.bits,
-                    group_size: q.group_size,
-                });
-                arrays.extend([&q.packed, &q.scales, &q.biases]);
-            }
-            Linear::Parts(parts) => {
-                for part in parts {
-                    if !Self::collect(part, arrays, pieces)? {
-                        return Ok(false);
-                    }
-                }
-            }
-            _ => return Ok(false),
-        }
-        Ok(true)
-    }
-
-    /// Output rows.
-    fn rows(&self) -> usize {
-        self.pieces.iter().map(Piece::rows).sum()
-    }
-
-    /// Arrays read.
-    fn arrays(&self) -> usize {
-        self.pieces.iter().map(Piece::arrays).sum()
-    }
-
-    /// `out = W · x` from the projection's arrays' bytes.
-    fn apply(&self, arrays: &[&[u8]], x: &[f32], out: &mut [f32]) -> Result<(), String> {
-        let (mut arrays, mut out) = (arrays, out);
-        for piece in &self.pieces {
-            let (bytes, rest) = arrays.split_at(piece.arrays().min(arrays.len()));
-            let rows = piece.rows().min(out.len());
-            let (y, more) = std::mem::take(&mut out).split_at_mut(rows);
-            (arrays, out) = (rest, more);
-            match (*piece, bytes) {
-                (
-                    Piece::Gguf {
-                        dtype,
-                        cols,
-                        activations,
-                        ..
-                    },
-                    [w],
-                ) => rows_times(dtype, w, cols, x, y, activations).map_err(|e| e.to_string())?,
-                (
-                    Piece::Affine {
-                        bits, group_size, ..
-                    },
-                    [packed, scales, biases],
-                ) => affine_linear::rows_times(packed, scales, biases, bits, group_size, x, y)?,
-                _ => return Err("a projection was handed the wrong arrays".into()),
-            }
-        }
-        Ok(())
-    }
-}
 
 /// Whether every projection of `layer` is on our CPU kernels, so that
 /// [`decode_layer_cpu`] takes the block (given float32 stores).
@@ -355,18 +219,13 @@ impl Block {
             keys[slot..slot + d].copy_from_slice(&k[h * d..(h + 1) * d]);
             values[slot..slot + d].copy_from_slice(&v[h * d..(h + 1) * d]);
         }
-        let group = hq / hkv.max(1);
-        let (keys, values) = (&*keys, &*values);
         let mut attended = vec![0f32; hq * d];
-        attended
-            .par_chunks_mut(d)
-            .zip(q.par_chunks(d))
-            .enumerate()
-            .for_each(|(h, (o, q))| {
-                let base = (h / group.max(1)) * cap * d;
-                let span = base..base + valid * d;
-                attend(q, &keys[span.clone()], &values[span], g.scale, o);
-            });
+        let heads = Heads {
+            query: hq,
+            kv: hkv,
+            dim: d,
+        };
+        attend(q, keys, values, (cap, valid), heads, g.scale, &mut attended);
         let mut r = vec![0f32; self.hidden];
         self.projections[1].apply(o_w, &attended, &mut r)?;
         let h: Vec<f32> = x
@@ -380,11 +239,8 @@ impl Block {
         let mut gate_up = vec![0f32; 2 * self.intermediate];
         self.projections[2].apply(gate_up_w, &normed, &mut gate_up)?;
         let (gate, up) = gate_up.split_at(self.intermediate);
-        let gated: Vec<f32> = gate
-            .iter()
-            .zip(up)
-            .map(|(&g, &u)| gated_gelu_value(g, u))
-            .collect();
+        let mut gated = vec![0f32; self.intermediate];
+        gated_gelu_into(gate, up, &mut gated);
         self.projections[3].apply(down_w, &gated, &mut r)?;
         for ((o, a), b) in out.iter_mut().zip(&h).zip(rms_norm(&r, w_post_ffn, g.eps)) {
             *o = a + b;
@@ -453,51 +309,11 @@ impl RopeTable {
     }
 }
 
-/// One query `q` `[D]` over `keys` and `values` `[n, D]`: the softmax of the
-/// scaled scores weighting the values, into `out` `[D]`.
-fn attend(q: &[f32], keys: &[f32], values: &[f32], scale: f32, out: &mut [f32]) {
-    let d = q.len();
-    let scores: Vec<f32> = keys.chunks_exact(d).map(|k| dot(q, k) * scale).collect();
-    let max = scores.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
-    let weights: Vec<f32> = scores.iter().map(|s| (s - max).exp()).collect();
-    let total: f32 = weights.iter().sum();
-    out.fill(0.0);
-    for (w, v) in weights.iter().zip(values.chunks_exact(d)) {
-        axpy(w / total, v, out);
-    }
-}
-
-/// `Σ a_i · b_i`, summed in 8 lanes.
-#[multiversion(targets("x86_64+avx2+fma", "aarch64+neon"))]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut lanes = [0f32; 8];
-    let (a8, b8) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = a8
-        .remainder()
-        .iter()
-        .zip(b8.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    for (x, y) in a8.zip(b8) {
-        for i in 0..8 {
-            lanes[i] += x[i] * y[i];
-        }
-    }
-    lanes.iter().sum::<f32>() + tail
-}
-
-/// `y += a · x`.
-#[multiversion(targets("x86_64+avx2+fma", "aarch64+neon"))]
-fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
-    for (y, x) in y.iter_mut().zip(x) {
-        *y += a * x;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::Gemma3Config;
+    use crate::linear::Linear;
     use crate::load::{load, LoadOptions, ModelSource, WeightStorage};
     use crate::model::Gemma3;
     use crate::weights::gguf::Activations;
