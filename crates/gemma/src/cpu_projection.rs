@@ -268,11 +268,7 @@ impl Projection {
 
     /// Each piece with its arrays and its output rows (the sizes checked by
     /// the caller).
-    fn split<'b, 'o>(
-        &self,
-        arrays: &'b [&'b [u8]],
-        out: &'o mut [f32],
-    ) -> Vec<PieceIo<'b, 'o>> {
+    fn split<'b, 'o>(&self, arrays: &'b [&'b [u8]], out: &'o mut [f32]) -> Vec<PieceIo<'b, 'o>> {
         let (mut arrays, mut out) = (arrays, out);
         let mut parts = Vec::with_capacity(self.pieces.len());
         for piece in &self.pieces {

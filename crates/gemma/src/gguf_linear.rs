@@ -124,12 +124,10 @@ pub(crate) fn row_product(
         let Some((xb, w)) = inputs.split_last() else {
             return Err("a row product without inputs".into());
         };
-        let mut y = vec![0f32; out.len() / 4];
-        product(w, &floats(xb), &mut y)?;
-        for (o, v) in out.chunks_exact_mut(4).zip(&y) {
-            o.copy_from_slice(&v.to_le_bytes());
-        }
-        Ok(())
+        let x: &[f32] = bytemuck::try_cast_slice(xb).map_err(|e| format!("activations: {e}"))?;
+        let y: &mut [f32] =
+            bytemuck::try_cast_slice_mut(out).map_err(|e| format!("output: {e}"))?;
+        product(w, x, y)
     });
     let mut inputs = weights.to_vec();
     inputs.push(&x);

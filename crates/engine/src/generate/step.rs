@@ -6,6 +6,7 @@ use gemma::cache::LayerCache;
 use gemma::decode_step::DecodeStep;
 use gemma::kernels::GreedyPick;
 use gemma::model::Gemma3;
+use mlx_core::device::{default_device, Device};
 use mlx_core::{concatenate, Array, Dtype};
 use sample::processors::last_tokens;
 use sample::Sampler;
@@ -61,7 +62,8 @@ impl<'m> Stepper<'m> {
         } else {
             None
         };
-        let greedy = if sampler.picks_biased_argmax() && model.runs_gpu_kernels()? {
+        let on_cpu = default_device()? == Device::Cpu;
+        let greedy = if sampler.picks_biased_argmax() && (on_cpu || model.runs_gpu_kernels()?) {
             GreedyPick::new(model.config.vocab_size as i32, sampler.logit_bias_pairs())?
         } else {
             None

@@ -1,10 +1,16 @@
-//! The greedy pick of a decode step as one GPU kernel: the argmax of the
-//! logits plus a sparse logit bias, and whether every logit is finite.
+//! The greedy pick of a decode step as one kernel (on the GPU, or on the
+//! CPU in Rust): the argmax of the logits plus a sparse logit bias, and
+//! whether every logit is finite.
 //!
 //! MLX's operations for the same (the float cast, the non-finite check and
-//! its reduction, the bias's gather and scatter, and a one-block argmax)
-//! took about 13 kernels and 85 µs per step on the H200.
+//! its reduction, the bias's gather and scatter, and an argmax) took about
+//! 13 kernels and 85 µs per step on the H200, and as many operations over
+//! the 1 MB row on the CPU.
 
+use std::sync::Arc;
+
+use mlx_core::cpu_kernel::{cpu_kernel, CpuKernelFn};
+use mlx_core::device::{default_device, Device};
 use mlx_core::kernel::{Launch, OutputSpec, TemplateArg};
 use mlx_core::{Array, Dtype};
 
@@ -36,7 +42,8 @@ __device__ __forceinline__ void gemma_warp_best(float& best, unsigned int& at) {
 /// The kernel body. `mask` flags the biased ids (bit `i % 32` of word
 /// `i / 32`): the main pass skips them and the first `NB` threads score
 /// them as `float(logit) + bias`. Ties go to the lowest id, as in MLX's
-/// argmax; NaN never wins (the finiteness flag reports it).
+/// argmax; NaN never wins (the finiteness flag reports it), and a row of
+/// NaN picks id 0, so that the step queued after it embeds a valid id.
 const GREEDY: &str = r#"
   constexpr int VEC = 16 / sizeof(T);
   __shared__ float top_value[32];
@@ -78,11 +85,14 @@ const GREEDY: &str = r#"
     at = lane < warps ? top_id[lane] : 0xffffffffu;
     gemma_warp_best(best, at);
     if (lane == 0) {
-      picked[0] = at;
+      picked[0] = at == 0xffffffffu ? 0u : at;
       picked[1] = all_finite ? 1u : 0u;
     }
   }
 "#;
+
+/// The mask words and the (id, bias) pairs of a [`GreedyPick`].
+type HostBias = (Vec<u32>, Vec<(u32, f32)>);
 
 /// A logit bias laid out for [`GreedyPick::pick`], built once per
 /// generation.
@@ -99,6 +109,8 @@ pub struct GreedyPick {
     values: Array,
     /// How many of `ids` are biased.
     count: i32,
+    /// `mask` and the (id, bias) pairs on the host, for the CPU's pick.
+    host: Arc<HostBias>,
 }
 
 impl GreedyPick {
@@ -116,6 +128,7 @@ impl GreedyPick {
                 _ => return Ok(None),
             }
         }
+        let host = Arc::new((mask.clone(), pairs.to_vec()));
         let (mut ids, mut values): (Vec<u32>, Vec<f32>) = pairs.iter().copied().unzip();
         let count = ids.len() as i32;
         if ids.is_empty() {
@@ -128,6 +141,7 @@ impl GreedyPick {
             ids: Array::from_slice(&ids, &[ids.len() as i32])?,
             values: Array::from_slice(&values, &[values.len() as i32])?,
             count,
+            host,
         }))
     }
 
@@ -138,6 +152,9 @@ impl GreedyPick {
     /// length, a dtype other than float32, float16 and bfloat16, or a row
     /// not made of 16-byte chunks).
     pub fn pick(&self, logits: &Array) -> mlx_core::Result<Option<Array>> {
+        if default_device()? == Device::Cpu {
+            return self.pick_on_cpu(logits);
+        }
         let dtype = logits.dtype();
         let fits = matches!(dtype, Dtype::Float32 | Dtype::Float16 | Dtype::Bfloat16)
             && logits.shape() == [1, self.vocab]
@@ -169,6 +186,50 @@ impl GreedyPick {
             ],
         )?;
         Ok(Some(one(out, "greedy pick")?))
+    }
+}
+
+impl GreedyPick {
+    /// [`GreedyPick::pick`] on the CPU, for float32 rows.
+    fn pick_on_cpu(&self, logits: &Array) -> mlx_core::Result<Option<Array>> {
+        if logits.dtype() != Dtype::Float32 || logits.shape() != [1, self.vocab] {
+            return Ok(None);
+        }
+        let host = Arc::clone(&self.host);
+        let kernel: Arc<CpuKernelFn> = Arc::new(move |inputs, out| {
+            let (mask, pairs) = (&host.0, &host.1);
+            let row: &[f32] = inputs
+                .first()
+                .and_then(|b| bytemuck::try_cast_slice(b).ok())
+                .ok_or("the greedy pick takes one float32 row")?;
+            let (mut best, mut at, mut finite) = (f32::NEG_INFINITY, u32::MAX, true);
+            // Each 32 logits (one word of the mask): checked for finiteness
+            // and skipped unless their largest beats the best so far.
+            for (c, (word, values)) in mask.iter().zip(row.chunks(32)).enumerate() {
+                finite &= values.iter().all(|v| v.is_finite());
+                let top = values.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+                if top <= best {
+                    continue;
+                }
+                for (k, &v) in values.iter().enumerate() {
+                    if (word >> k) & 1 == 0 && v > best {
+                        (best, at) = (v, (32 * c + k) as u32);
+                    }
+                }
+            }
+            for &(id, bias) in pairs {
+                let v = row.get(id as usize).ok_or("a biased id outside the row")? + bias;
+                if v > best || (v == best && id < at) {
+                    (best, at) = (v, id);
+                }
+            }
+            // All NaN: id 0 (a valid id for the step queued after this one;
+            // the flag stops the generation).
+            let picked = [if at == u32::MAX { 0 } else { at }, u32::from(finite)];
+            out.copy_from_slice(bytemuck::cast_slice(&picked));
+            Ok(())
+        });
+        cpu_kernel(&[logits], &[2], Dtype::Uint32, kernel).map(Some)
     }
 }
 
@@ -213,5 +274,37 @@ mod tests {
         let short = GreedyPick::new(12, &[]).unwrap().unwrap();
         let logits = row(&[1, 12], Dtype::Bfloat16);
         assert!(short.pick(&logits).unwrap().is_none());
+    }
+
+    #[test]
+    fn the_cpu_pick_is_the_biased_argmax_and_the_finiteness() {
+        let vocab = 1000;
+        let mut logits: Vec<f32> = (0..vocab)
+            .map(|i| ((i * 7919) % 997) as f32 / 100.0)
+            .collect();
+        let top = logits.iter().cloned().fold(f32::MIN, f32::max);
+        let pick = |pairs: &[(u32, f32)], logits: &[f32]| -> Vec<u32> {
+            let p = GreedyPick::new(vocab, pairs).unwrap().unwrap();
+            let row = Array::from_slice(logits, &[1, vocab]).unwrap();
+            p.pick(&row).unwrap().unwrap().to_vec::<u32>().unwrap()
+        };
+        // The first of two equal maxima, then a bias taking another id over.
+        logits[700] = top + 1.0;
+        logits[300] = top + 1.0;
+        assert_eq!(pick(&[], &logits), vec![300, 1]);
+        assert_eq!(pick(&[(300, -5.0)], &logits), vec![700, 1]);
+        assert_eq!(pick(&[(999, 100.0)], &logits), vec![999, 1]);
+        // A tie between a biased id and an unbiased one: the lower id.
+        assert_eq!(pick(&[(900, top + 1.0 - logits[900])], &logits)[0], 300);
+        // Non-finite logits are reported; a NaN never wins.
+        logits[5] = f32::NAN;
+        assert_eq!(pick(&[], &logits), vec![300, 0]);
+        logits[5] = f32::INFINITY;
+        assert_eq!(pick(&[], &logits), vec![5, 0]);
+        // A row of NaN picks id 0, never one outside the vocabulary.
+        assert_eq!(
+            pick(&[(7, 1.0)], &vec![f32::NAN; vocab as usize]),
+            vec![0, 0]
+        );
     }
 }
