@@ -9,7 +9,7 @@ use std::sync::Arc;
 use mlx_core::cpu_kernel::{cpu_kernel, CpuKernelFn};
 use mlx_core::{Array, Dtype};
 
-use crate::weights::gguf::{dequantize, rows_times, Activations, GgufDtype};
+use crate::weights::gguf::{dequantize_into, rows_times, Activations, GgufDtype};
 
 /// A `[rows, cols]` matrix of GGUF blocks: `bytes` is uint8 `[rows,
 /// row_bytes]`, each row whole blocks of `dtype`.
@@ -85,18 +85,9 @@ fn dequantize_rows(bytes: &Array, dtype: GgufDtype, cols: i32) -> mlx_core::Resu
         *last = cols;
     }
     let kernel: Arc<CpuKernelFn> = Arc::new(move |inputs, out| {
-        let values = dequantize(dtype, inputs[0]).map_err(|e| e.to_string())?;
-        if values.len() * 4 != out.len() {
-            return Err(format!(
-                "{} {dtype} values dequantized for an output of {}",
-                values.len(),
-                out.len() / 4
-            ));
-        }
-        for (o, v) in out.chunks_exact_mut(4).zip(&values) {
-            o.copy_from_slice(&v.to_le_bytes());
-        }
-        Ok(())
+        let out: &mut [f32] = bytemuck::try_cast_slice_mut(out).map_err(|e| e.to_string())?;
+        let bytes = inputs.first().ok_or("dequantizing without an input")?;
+        dequantize_into(dtype, bytes, out).map_err(|e| e.to_string())
     });
     cpu_kernel(&[bytes], &shape, Dtype::Float32, kernel)
 }

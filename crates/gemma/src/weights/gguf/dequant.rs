@@ -27,6 +27,16 @@ pub enum DequantError {
         /// Bytes per block of that type.
         type_size: u64,
     },
+    /// The output does not hold exactly the blocks' values.
+    #[error("{values} values of {dtype} blocks for an output of {out}")]
+    OutputSize {
+        /// The type.
+        dtype: GgufDtype,
+        /// Values in the blocks.
+        values: usize,
+        /// Values the output holds.
+        out: usize,
+    },
     /// A product kernel of `mlx-c` failed.
     #[error("block product kernel: {0}")]
     Kernel(String),
@@ -43,8 +53,22 @@ const MIN_BLOCKS_PER_TASK: usize = 512;
 
 /// Converts `bytes`, a whole number of `dtype` blocks, to f32 values in storage order.
 pub fn dequantize(dtype: GgufDtype, bytes: &[u8]) -> Result<Vec<f32>, DequantError> {
+    let n_blocks = bytes.len() / dtype.type_size().max(1) as usize;
+    let mut out = vec![0f32; n_blocks * dtype.block_size() as usize];
+    dequantize_into(dtype, bytes, &mut out)?;
+    Ok(out)
+}
+
+/// [`dequantize`] into `out`, which must hold exactly the values of the
+/// blocks.
+pub fn dequantize_into(
+    dtype: GgufDtype,
+    bytes: &[u8],
+    out: &mut [f32],
+) -> Result<(), DequantError> {
     use GgufDtype::*;
     let type_size = dtype.type_size();
+    let n_blocks = bytes.len() / type_size.max(1) as usize;
     if !(bytes.len() as u64).is_multiple_of(type_size) {
         return Err(DequantError::PartialBlock {
             dtype,
@@ -52,31 +76,37 @@ pub fn dequantize(dtype: GgufDtype, bytes: &[u8]) -> Result<Vec<f32>, DequantErr
             type_size,
         });
     }
-    let n_blocks = bytes.len() / type_size as usize;
-    let mut out = vec![0f32; n_blocks * dtype.block_size() as usize];
+    let values = n_blocks * dtype.block_size() as usize;
+    if out.len() != values {
+        return Err(DequantError::OutputSize {
+            dtype,
+            values,
+            out: out.len(),
+        });
+    }
     match dtype {
-        F32 => run(bytes, &mut out, |b: &[u8; 4], o: &mut [f32]| {
+        F32 => run(bytes, out, |b: &[u8; 4], o: &mut [f32]| {
             o[0] = f32::from_le_bytes(*b)
         }),
-        F16 => run(bytes, &mut out, |b: &[u8; 2], o: &mut [f32]| {
+        F16 => run(bytes, out, |b: &[u8; 2], o: &mut [f32]| {
             o[0] = f16::from_bits(u16::from_le_bytes(*b)).to_f32()
         }),
-        BF16 => run(bytes, &mut out, |b: &[u8; 2], o: &mut [f32]| {
+        BF16 => run(bytes, out, |b: &[u8; 2], o: &mut [f32]| {
             o[0] = f32::from_bits(u32::from(u16::from_le_bytes(*b)) << 16)
         }),
-        Q4_0 => run(bytes, &mut out, decoded(blocks::Q4_0)),
-        Q4_1 => run(bytes, &mut out, decoded(blocks::Q4_1)),
-        Q5_0 => run(bytes, &mut out, decoded(blocks::Q5_0)),
-        Q5_1 => run(bytes, &mut out, decoded(blocks::Q5_1)),
-        Q8_0 => run(bytes, &mut out, decoded(blocks::Q8_0)),
-        Q2_K => run(bytes, &mut out, decoded(blocks::Q2_K)),
-        Q3_K => run(bytes, &mut out, decoded(blocks::Q3_K)),
-        Q4_K => run(bytes, &mut out, decoded(blocks::Q4_K)),
-        Q5_K => run(bytes, &mut out, decoded(blocks::Q5_K)),
-        Q6_K => run(bytes, &mut out, decoded(blocks::Q6_K)),
+        Q4_0 => run(bytes, out, decoded(blocks::Q4_0)),
+        Q4_1 => run(bytes, out, decoded(blocks::Q4_1)),
+        Q5_0 => run(bytes, out, decoded(blocks::Q5_0)),
+        Q5_1 => run(bytes, out, decoded(blocks::Q5_1)),
+        Q8_0 => run(bytes, out, decoded(blocks::Q8_0)),
+        Q2_K => run(bytes, out, decoded(blocks::Q2_K)),
+        Q3_K => run(bytes, out, decoded(blocks::Q3_K)),
+        Q4_K => run(bytes, out, decoded(blocks::Q4_K)),
+        Q5_K => run(bytes, out, decoded(blocks::Q5_K)),
+        Q6_K => run(bytes, out, decoded(blocks::Q6_K)),
         other => return Err(DequantError::Unsupported(other)),
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Applies a block decoder to every block, in parallel. `bytes` holds whole

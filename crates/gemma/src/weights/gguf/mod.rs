@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 
 use memmap2::Mmap;
 
-pub use dequant::{dequantize, DequantError};
+pub use dequant::{dequantize, dequantize_into, DequantError};
 pub use dot::{can_multiply, rows_times, rows_times_with, Activations, Kernels};
 pub(crate) use dot::{Int8Row, MIN_BYTES_PER_TASK};
 pub use dtype::GgufDtype;
