@@ -12,10 +12,14 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "internal.h"
 
 #if defined(__x86_64__)
+// GCC 12's AVX-512 intrinsics start from `_mm512_undefined_*` values, which
+// its own -Wmaybe-uninitialized then reports at every use.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 #endif
 
@@ -368,6 +372,162 @@ AVX2 void affine_rows(const AffineRows& m, size_t rows, const Activations& x,
   }
 }
 
+#define AVX512                                                          \
+  __attribute__((target(                                               \
+      "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
+
+/// Whether this CPU runs the 512-bit kernels below (asked once).
+bool cpu_has_avx512_vnni() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return cpu_has_avx2() && __builtin_cpu_supports("avx512f") &&
+           __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512vnni");
+  }();
+  return has;
+}
+
+/// Activations laid out for the 512-bit kernels of the 32-value formats,
+/// which multiply two blocks (64 values) at a time with `vpdpbusd`: 16
+/// int32 lanes, each the sum of 4 products, lanes 4g to 4g + 3 covering
+/// group g of 16 values. The weights enter as unsigned bytes, their value
+/// plus `offset` (8 for Q4_0, 16 for Q5_0, 128 for Q8_0); the products of
+/// the offset come off through `offsets` (−offset · Σ q of group g in lane
+/// 4g, 0 in the others), the lanes' starting value. `scales` holds each
+/// group's scale in its 4 lanes.
+struct WideActivations {
+  const int8_t* q;
+  std::vector<int32_t> offsets;
+  std::vector<float> scales;
+
+  WideActivations(const Activations& x, size_t cols, int offset)
+      : q(x.q), offsets(cols / 4, 0), scales(cols / 4) {
+    for (size_t g = 0; g < cols / 16; ++g) {
+      int32_t sum = 0;
+      for (size_t j = 0; j < 16; ++j) {
+        sum += x.q[16 * g + j];
+      }
+      offsets[4 * g] = -offset * sum;
+      for (size_t l = 0; l < 4; ++l) {
+        scales[4 * g + l] = x.scales[g];
+      }
+    }
+  }
+};
+
+/// Two blocks' 16 bytes of nibbles each (low: values 0–15, high: 16–31) as
+/// 64 bytes in value order.
+AVX512 inline __m512i nibbles_wide(const uint8_t* p0, const uint8_t* p1) {
+  const __m256i n0 = _mm256_broadcastsi128_si256(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(p0)));
+  const __m256i n1 = _mm256_broadcastsi128_si256(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(p1)));
+  const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(n0), n1, 1);
+  // The upper 16 bytes of each block's 32 take the high nibbles.
+  const __m512i shifts = _mm512_set_epi64(
+      0x0004000400040004, 0x0004000400040004, 0, 0, 0x0004000400040004,
+      0x0004000400040004, 0, 0);
+  return _mm512_and_si512(_mm512_srlv_epi16(both, shifts),
+                          _mm512_set1_epi8(0x0F));
+}
+
+/// Q4_0's two blocks as unsigned bytes: q, its value plus 8.
+struct Q4_0Wide {
+  static constexpr size_t kBytes = 18;
+  static constexpr int kOffset = 8;
+  AVX512 static __m512i values(const uint8_t* b0, const uint8_t* b1) {
+    return nibbles_wide(b0 + 2, b1 + 2);
+  }
+};
+
+/// Q5_0's two blocks as unsigned bytes: q with its fifth bit, its value
+/// plus 16.
+struct Q5_0Wide {
+  static constexpr size_t kBytes = 22;
+  static constexpr int kOffset = 16;
+  AVX512 static __m512i values(const uint8_t* b0, const uint8_t* b1) {
+    uint32_t h0, h1;
+    std::memcpy(&h0, b0 + 2, sizeof h0);
+    std::memcpy(&h1, b1 + 2, sizeof h1);
+    const __mmask64 fifth =
+        static_cast<uint64_t>(h0) | (static_cast<uint64_t>(h1) << 32);
+    const __m512i q = nibbles_wide(b0 + 6, b1 + 6);
+    return _mm512_mask_add_epi8(q, fifth, q, _mm512_set1_epi8(0x10));
+  }
+};
+
+/// Q8_0's two blocks as unsigned bytes: the int8 values plus 128.
+struct Q8_0Wide {
+  static constexpr size_t kBytes = 34;
+  static constexpr int kOffset = 128;
+  AVX512 static __m512i values(const uint8_t* b0, const uint8_t* b1) {
+    const __m512i q =
+        _mm512_inserti64x4(_mm512_castsi256_si512(load32(b0 + 2)),
+                           load32(b1 + 2), 1);
+    return _mm512_xor_si512(q, _mm512_set1_epi8(static_cast<char>(0x80)));
+  }
+};
+
+/// One row of a 32-value format, two blocks at a time; an odd last block
+/// by the 256-bit kernel `Narrow`.
+template <typename Wide, typename Narrow>
+AVX512 float row_wide(const uint8_t* row, size_t blocks,
+                      const WideActivations& wide, const Activations& x) {
+  __m512 acc = _mm512_setzero_ps();
+  size_t b = 0;
+  for (; b + 2 <= blocks; b += 2) {
+    const uint8_t* b0 = row + b * Wide::kBytes;
+    const uint8_t* b1 = b0 + Wide::kBytes;
+    const __m512i ints = _mm512_dpbusd_epi32(
+        _mm512_loadu_si512(wide.offsets.data() + 8 * b),
+        Wide::values(b0, b1), _mm512_loadu_si512(wide.q + 32 * b));
+    const __m512 d = _mm512_insertf32x8(_mm512_set1_ps(f16_at(b0)),
+                                        _mm256_set1_ps(f16_at(b1)), 1);
+    const __m512 scales =
+        _mm512_mul_ps(d, _mm512_loadu_ps(wide.scales.data() + 8 * b));
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ints), scales, acc);
+  }
+  float sum = _mm512_reduce_add_ps(acc);
+  if (b < blocks) {
+    const Activations rest{x.q + 32 * b, x.scales + 2 * b, x.sums + 2 * b};
+    sum += row_of_32<Narrow>(row + b * Wide::kBytes, 1, rest);
+  }
+  return sum;
+}
+
+/// `rows` rows of a 32-value format by the 512-bit kernel.
+template <typename Wide, typename Narrow>
+AVX512 void rows_wide(const uint8_t* w, size_t rows, size_t row_bytes,
+                      size_t cols, const Activations& x, float* out) {
+  const WideActivations wide(x, cols, Wide::kOffset);
+  const size_t blocks = cols / 32;
+  for (size_t r = 0; r < rows; ++r) {
+    out[r] = row_wide<Wide, Narrow>(w + r * row_bytes, blocks, wide, x);
+  }
+}
+
+using RowsKernel = void (*)(const uint8_t*, size_t, size_t, size_t,
+                            const Activations&, float*);
+
+/// The 512-bit kernel for `type` on this CPU, or null.
+RowsKernel rows_kernel_wide(uint32_t type) {
+  if (!cpu_has_avx512_vnni()) {
+    return nullptr;
+  }
+  switch (type) {
+    case kQ4_0:
+      return rows_wide<Q4_0Wide, Q4_0>;
+    case kQ5_0:
+      return rows_wide<Q5_0Wide, Q5_0>;
+    case kQ8_0:
+      return rows_wide<Q8_0Wide, Q8_0>;
+    default:
+      return nullptr;
+  }
+}
+
 using RowKernel = float (*)(const uint8_t*, size_t, const Activations&);
 
 /// The kernel for `type` on this CPU, or null.
@@ -446,6 +606,10 @@ int mlx_block_rows_dot(float* out, uint32_t ggml_type, const uint8_t* w,
     need(x_sums, "x_sums");
 #if defined(__x86_64__)
     const Activations acts{x, x_scales, x_sums};
+    if (const RowsKernel wide = rows_kernel_wide(ggml_type)) {
+      wide(w, rows, row_bytes, cols, acts, out);
+      return;
+    }
     const size_t blocks = cols / shape.values;
     for (size_t r = 0; r < rows; ++r) {
       out[r] = kernel(w + r * row_bytes, blocks, acts);

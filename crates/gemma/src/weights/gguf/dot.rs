@@ -491,9 +491,13 @@ mod tests {
             }
         }
         // Both compute the same integer sums per group; only the order of
-        // the float additions differs.
-        for dtype in covered {
-            let (rows, cols, inputs) = (37, 1024, 2);
+        // the float additions differs. An odd number of blocks as well (the
+        // 512-bit kernels take two blocks of 32 values at a time).
+        let shapes = covered
+            .iter()
+            .flat_map(|&dtype| [(dtype, 1024), (dtype, 1024 + dtype.block_size() as usize)]);
+        for (dtype, cols) in shapes {
+            let (rows, inputs) = (37, 2);
             let w = blocks(dtype, rows * cols / dtype.block_size() as usize, 11);
             let x: Vec<f32> = (0..inputs * cols)
                 .map(|i| ((i * 7919) % 1013) as f32 / 500.0 - 1.0)
@@ -513,7 +517,7 @@ mod tests {
                     .sum();
                 assert!(
                     (f - p).abs() <= 1e-5 * scale,
-                    "{dtype}: row {r}, input {m}: {f} against {p}"
+                    "{dtype}, {cols} columns: row {r}, input {m}: {f} against {p}"
                 );
             }
         }
