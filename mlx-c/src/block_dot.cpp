@@ -389,11 +389,12 @@ bool cpu_has_avx512_vnni() {
   return has;
 }
 
-/// Activations laid out for the 512-bit kernels of the 32-value formats,
-/// which multiply two blocks (64 values) at a time with `vpdpbusd`: 16
+/// Activations laid out for the 512-bit kernels, which multiply 64 values
+/// at a time with `vpdpbusd` (two blocks of the 32-value formats): 16
 /// int32 lanes, each the sum of 4 products, lanes 4g to 4g + 3 covering
 /// group g of 16 values. The weights enter as unsigned bytes, their value
-/// plus `offset` (8 for Q4_0, 16 for Q5_0, 128 for Q8_0); the products of
+/// plus `offset` (8 for Q4_0, 16 for Q5_0, 128 for Q8_0, 32 for Q6_K, 0
+/// for Q4_K); the products of
 /// the offset come off through `offsets` (−offset · Σ q of group g in lane
 /// 4g, 0 in the others), the lanes' starting value. `scales` holds each
 /// group's scale in its 4 lanes.
@@ -508,6 +509,115 @@ AVX512 void rows_wide(const uint8_t* w, size_t rows, size_t row_bytes,
   }
 }
 
+/// Each of 4 scales (int8, from `first`) in 4 int32 lanes, as the lanes of
+/// 64 values' 4 groups lie.
+AVX512 inline __m512 four_scales(const __m128i scales, int first) {
+  const __m128i spread = _mm_add_epi8(
+      _mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
+      _mm_set1_epi8(static_cast<char>(first)));
+  return _mm512_cvtepi32_ps(
+      _mm512_cvtepi8_epi32(_mm_shuffle_epi8(scales, spread)));
+}
+
+/// One row of Q6_K blocks, 64 values at a time: q in [0, 63] as unsigned
+/// bytes (its value plus 32, the activations' offsets taking the 32 off),
+/// each group's int8 scale times d.
+AVX512 float row_q6_k_wide(const uint8_t* row, size_t blocks,
+                           const WideActivations& wide) {
+  __m512 acc = _mm512_setzero_ps();
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  const __m512i low2 = _mm512_set1_epi8(0x03);
+  for (size_t b = 0; b < blocks; ++b) {
+    const uint8_t* block = row + b * 210;
+    const __m128i sc =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 192));
+    const __m512 d = _mm512_set1_ps(f16_at(block + 208));
+    for (int n = 0; n < 2; ++n) {
+      const __m512i ql = _mm512_loadu_si512(block + 64 * n);
+      const __m256i qh = load32(block + 128 + 32 * n);
+      // Values 0–31 take bits 0–1 of qh, 32–63 bits 2–3, 64–95 bits 4–5,
+      // 96–127 bits 6–7.
+      const __m512i qh01 = _mm512_inserti64x4(_mm512_castsi256_si512(qh),
+                                              _mm256_srli_epi16(qh, 2), 1);
+      const __m512i qh23 = _mm512_srli_epi16(qh01, 4);
+      const __m512i q[2] = {
+          _mm512_or_si512(
+              _mm512_and_si512(ql, low4),
+              _mm512_slli_epi16(_mm512_and_si512(qh01, low2), 4)),
+          _mm512_or_si512(
+              _mm512_and_si512(_mm512_srli_epi16(ql, 4), low4),
+              _mm512_slli_epi16(_mm512_and_si512(qh23, low2), 4)),
+      };
+      for (int k = 0; k < 2; ++k) {
+        const size_t v = 256 * b + 128 * n + 64 * k;  // the first value
+        const __m512i ints = _mm512_dpbusd_epi32(
+            _mm512_loadu_si512(wide.offsets.data() + v / 4), q[k],
+            _mm512_loadu_si512(wide.q + v));
+        const __m512 scales = _mm512_mul_ps(
+            _mm512_mul_ps(d, four_scales(sc, 8 * n + 4 * k)),
+            _mm512_loadu_ps(wide.scales.data() + v / 4));
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ints), scales, acc);
+      }
+    }
+  }
+  return _mm512_reduce_add_ps(acc);
+}
+
+/// One row of Q4_K blocks, 64 values (two sub-blocks) at a time: q in
+/// [0, 15] as unsigned bytes, d · sc per sub-block; the minimums come off
+/// through the groups' activation sums, as in the 256-bit kernel.
+AVX512 float row_q4_k_wide(const uint8_t* row, size_t blocks,
+                           const WideActivations& wide,
+                           const Activations& x) {
+  __m512 acc = _mm512_setzero_ps();
+  float offsets = 0.0f;
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  for (size_t b = 0; b < blocks; ++b) {
+    const uint8_t* block = row + b * 144;
+    const float d = f16_at(block);
+    const float dmin = f16_at(block + 2);
+    uint8_t sc[8], m[8];
+    k_scales(block + 4, sc, m);
+    for (int p = 0; p < 4; ++p) {
+      const __m256i q32 = load32(block + 16 + 32 * p);
+      const __m512i q = _mm512_inserti64x4(
+          _mm512_castsi256_si512(_mm256_and_si256(q32, low4)),
+          _mm256_and_si256(_mm256_srli_epi16(q32, 4), low4), 1);
+      const size_t v = 256 * b + 64 * p;  // the first value
+      const __m512i ints = _mm512_dpbusd_epi32(
+          _mm512_setzero_si512(), q, _mm512_loadu_si512(wide.q + v));
+      const __m512 subs =
+          _mm512_insertf32x8(_mm512_set1_ps(d * sc[2 * p]),
+                             _mm256_set1_ps(d * sc[2 * p + 1]), 1);
+      const __m512 scales =
+          _mm512_mul_ps(subs, _mm512_loadu_ps(wide.scales.data() + v / 4));
+      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ints), scales, acc);
+      const size_t g = v / 16;
+      offsets -= dmin * (m[2 * p] * (x.sums[g] + x.sums[g + 1]) +
+                         m[2 * p + 1] * (x.sums[g + 2] + x.sums[g + 3]));
+    }
+  }
+  return _mm512_reduce_add_ps(acc) + offsets;
+}
+
+/// `rows` rows of Q6_K by the 512-bit kernel.
+AVX512 void rows_q6_k_wide(const uint8_t* w, size_t rows, size_t row_bytes,
+                           size_t cols, const Activations& x, float* out) {
+  const WideActivations wide(x, cols, 32);
+  for (size_t r = 0; r < rows; ++r) {
+    out[r] = row_q6_k_wide(w + r * row_bytes, cols / 256, wide);
+  }
+}
+
+/// `rows` rows of Q4_K by the 512-bit kernel.
+AVX512 void rows_q4_k_wide(const uint8_t* w, size_t rows, size_t row_bytes,
+                           size_t cols, const Activations& x, float* out) {
+  const WideActivations wide(x, cols, 0);
+  for (size_t r = 0; r < rows; ++r) {
+    out[r] = row_q4_k_wide(w + r * row_bytes, cols / 256, wide, x);
+  }
+}
+
 using RowsKernel = void (*)(const uint8_t*, size_t, size_t, size_t,
                             const Activations&, float*);
 
@@ -523,6 +633,10 @@ RowsKernel rows_kernel_wide(uint32_t type) {
       return rows_wide<Q5_0Wide, Q5_0>;
     case kQ8_0:
       return rows_wide<Q8_0Wide, Q8_0>;
+    case kQ4_K:
+      return rows_q4_k_wide;
+    case kQ6_K:
+      return rows_q6_k_wide;
     default:
       return nullptr;
   }
