@@ -280,7 +280,7 @@ impl Gemma3 {
     }
 
     /// Whether the compiled decode step runs every block as one CPU
-    /// operation ([`decode_layer_cpu`]) on the CPU: each block's
+    /// operation of ours on the CPU (`cpu_layer.rs`): each block's
     /// projections are on our CPU kernels (weights as stored, 8-bit
     /// activations or GGUF blocks) and the model computes in float32.
     pub fn has_cpu_layers(&self) -> mlx_core::Result<bool> {
