@@ -23,7 +23,7 @@ use crate::kernels::{
     decode_attention_stored, decode_layer, grid_barrier, qk_norm_rope, resident_blocks,
     residual_norms, LayerGeometry, LayerWeights, Rotary,
 };
-use crate::kv_target::KvTarget;
+use crate::kv_target::{FixedTarget, KvTarget};
 use crate::linear::Linear;
 
 /// Errors of the forward pass.
@@ -238,36 +238,53 @@ impl Gemma3 {
     ) -> Result<Option<Array>, ModelError> {
         let barrier = grid_barrier()?;
         let blocks = resident_blocks()?;
-        let mut x = h.clone();
-        for (i, (layer, target)) in self.layers.iter().zip(targets).enumerate() {
-            let (KvTarget::Fixed(fixed), Some(weights)) = (target, layer.dense_weights()) else {
+        self.kernel_blocks(h, targets, |i, layer, fixed, x| {
+            let Some(weights) = layer.dense_weights() else {
                 return Ok(None);
             };
-            let kv = fixed.layer_kv();
             let geometry = self.layer_geometry(i);
-            match decode_layer(&x, &weights, &kv, geometry, &barrier, blocks)? {
-                Some(out) => x = out,
-                None => return Ok(None),
-            }
-        }
-        Ok(Some(rms_norm(
-            &x,
-            Some(&self.norm),
-            self.config.rms_norm_eps,
-        )?))
+            Ok(decode_layer(
+                x,
+                &weights,
+                &fixed.layer_kv(),
+                geometry,
+                &barrier,
+                blocks,
+            )?)
+        })
     }
 
-    /// The final normalized hidden state of one token `h` (embedded) through
-    /// every block as one CPU operation each ([`decode_layer_cpu`]), the
-    /// blocks writing into fixed-shape targets; `None` where some block does
-    /// not suit the operation (nothing has run then: the graph is lazy).
+    /// [`Gemma3::fused_blocks`] on the CPU: every block as one CPU operation
+    /// of ours (`cpu_layer.rs`).
     fn cpu_blocks(&self, h: &Array, targets: &[KvTarget<'_>]) -> Result<Option<Array>, ModelError> {
+        self.kernel_blocks(h, targets, |i, layer, fixed, x| {
+            let geometry = self.layer_geometry(i);
+            Ok(decode_layer_cpu(x, layer, &fixed.layer_kv(), geometry)?)
+        })
+    }
+
+    /// The final normalized hidden state of one token `h` through every
+    /// block as one kernel each: `block(i, layer, target, x)` makes block
+    /// `i`'s output from its input `x`, writing into the fixed-shape
+    /// `target`, or says `None` where the block does not suit its kernel;
+    /// then this is `None` too (nothing has run: the graph is lazy).
+    fn kernel_blocks(
+        &self,
+        h: &Array,
+        targets: &[KvTarget<'_>],
+        mut block: impl FnMut(
+            usize,
+            &Layer,
+            &FixedTarget<'_>,
+            &Array,
+        ) -> Result<Option<Array>, ModelError>,
+    ) -> Result<Option<Array>, ModelError> {
         let mut x = h.clone();
         for (i, (layer, target)) in self.layers.iter().zip(targets).enumerate() {
             let KvTarget::Fixed(fixed) = target else {
                 return Ok(None);
             };
-            match decode_layer_cpu(&x, layer, &fixed.layer_kv(), self.layer_geometry(i))? {
+            match block(i, layer, fixed, &x)? {
                 Some(out) => x = out,
                 None => return Ok(None),
             }
