@@ -6,12 +6,11 @@
 //! dequantized for that product. MLX's own CPU `quantized_matmul` is a
 //! scalar loop.
 
-use mlx_core::block_dot::{affine_rows_dot, affine_rows_dot_available, AffineRows};
+use mlx_core::block_dot::affine_rows_dot_available;
 use mlx_core::{Array, Dtype, QuantizedArray};
-use rayon::prelude::*;
 
-use crate::gguf_linear::{floats, row_product};
-use crate::weights::gguf::{Int8Row, MIN_BYTES_PER_TASK};
+use crate::cpu_projection::affine_rows_times;
+use crate::gguf_linear::row_product;
 
 /// Whether `q`'s single-row products can run through our kernel here: its
 /// bits and group size have one on this CPU, and its scales and biases are
@@ -47,49 +46,14 @@ pub fn times(q: &QuantizedArray, x: &Array) -> mlx_core::Result<Array> {
                 w.len()
             ));
         };
-        rows_times(packed, scales, biases, bits, group_size, x, y)
+        affine_rows_times(packed, scales, biases, (bits, group_size), x, y)
     })
-}
-
-/// `y[r] = Σ_j w[r, j] · x_j` for the `y.len()` rows of `bits`-bit groups of
-/// `group_size` held as bytes (the packed values, float32 scales and
-/// biases), rows in parallel, `x` entering as 8-bit activations.
-pub(crate) fn rows_times(
-    packed: &[u8],
-    scales: &[u8],
-    biases: &[u8],
-    bits: i32,
-    group_size: i32,
-    x: &[f32],
-    y: &mut [f32],
-) -> Result<(), String> {
-    let (scales, biases) = (floats(scales), floats(biases));
-    let row = Int8Row::new(x);
-    let x = row.as_activations();
-    let rows = y.len();
-    let row_bytes = packed.len() / rows.max(1);
-    let groups = scales.len() / rows.max(1);
-    let rows_per_task = (MIN_BYTES_PER_TASK / row_bytes.max(1)).max(1);
-    y.par_chunks_mut(rows_per_task)
-        .zip(packed.par_chunks(rows_per_task * row_bytes.max(1)))
-        .zip(scales.par_chunks(rows_per_task * groups.max(1)))
-        .zip(biases.par_chunks(rows_per_task * groups.max(1)))
-        .try_for_each(|(((o, packed), scales), biases)| {
-            let w = AffineRows {
-                packed,
-                scales,
-                biases,
-                bits,
-                group_size,
-            };
-            affine_rows_dot(w, x, o)
-        })
-        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::weights::gguf::Int8Row;
     use mlx_core::quantize;
 
     /// Products of `bits`-bit rows in groups of `group` with one and with

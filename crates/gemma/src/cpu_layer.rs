@@ -21,7 +21,7 @@ use mlx_core::{Array, Dtype};
 use crate::cache::KvStore;
 use crate::cpu_attention::{attend, dot, Heads};
 use crate::cpu_gelu::gated_gelu_into;
-use crate::cpu_projection::Projection;
+use crate::cpu_projection::{floats, Projection};
 use crate::kernels::{LayerGeometry, LayerKv};
 use crate::model::Layer;
 
@@ -32,18 +32,29 @@ const LEADING_INPUTS: usize = 10;
 /// Whether every projection of `layer` is on our CPU kernels, so that
 /// [`decode_layer_cpu`] takes the block (given float32 stores).
 pub(crate) fn runs(layer: &Layer) -> mlx_core::Result<bool> {
-    let mut arrays = Vec::new();
+    Ok(projections(layer, &mut Vec::new())?.is_some())
+}
+
+/// The block's Q/K/V, output, gate/up and down projections, pushing the
+/// arrays they read onto `arrays`; `None` where one is not on our CPU
+/// kernels.
+fn projections<'a>(
+    layer: &'a Layer,
+    arrays: &mut Vec<&'a Array>,
+) -> mlx_core::Result<Option<[Projection; 4]>> {
+    let mut out = Vec::with_capacity(4);
     for linear in [
         &layer.qkv_proj,
         &layer.o_proj,
         &layer.gate_up_proj,
         &layer.down_proj,
     ] {
-        if Projection::of(linear, &mut arrays)?.is_none() {
-            return Ok(false);
+        match Projection::of(linear, arrays)? {
+            Some(p) => out.push(p),
+            None => return Ok(None),
         }
     }
-    Ok(true)
+    Ok(<[Projection; 4]>::try_from(out).ok())
 }
 
 /// The block's shapes and constants, and its projections.
@@ -102,19 +113,7 @@ pub(crate) fn decode_layer_cpu(
     let mut read: Vec<&Array> = vec![x];
     read.extend(norms);
     read.extend([kv.position, kv.write_at, kv.valid]);
-    let mut projections = Vec::with_capacity(4);
-    for linear in [
-        &layer.qkv_proj,
-        &layer.o_proj,
-        &layer.gate_up_proj,
-        &layer.down_proj,
-    ] {
-        match Projection::of(linear, &mut read)? {
-            Some(p) => projections.push(p),
-            None => return Ok(None),
-        }
-    }
-    let Ok(projections) = <[Projection; 4]>::try_from(projections) else {
+    let Some(projections) = projections(layer, &mut read)? else {
         return Ok(None);
     };
     let (hq, d_us) = (geometry.heads as usize, d as usize);
@@ -247,11 +246,6 @@ impl Block {
         }
         Ok(())
     }
-}
-
-/// Float32 values of an input's bytes.
-fn floats(bytes: &[u8]) -> Result<&[f32], String> {
-    bytemuck::try_cast_slice(bytes).map_err(|e| format!("float32 input: {e}"))
 }
 
 /// The one int32 value of an input's bytes.

@@ -178,66 +178,11 @@ impl Projection {
         if !self.pieces.iter().all(Piece::native) {
             return self.apply_by_piece(arrays, x, out);
         }
-        let row = Int8Row::new(x);
         let mut tasks = Vec::new();
         for (piece, bytes, y) in self.split(arrays, out) {
-            match (piece, bytes) {
-                (Piece::Gguf { dtype, cols, .. }, [w]) => {
-                    let row_bytes =
-                        cols / dtype.block_size().max(1) as usize * dtype.type_size() as usize;
-                    if w.len() != y.len() * row_bytes {
-                        return Err(format!(
-                            "{} bytes for {} rows of {row_bytes} bytes of {dtype}",
-                            w.len(),
-                            y.len()
-                        ));
-                    }
-                    let per_task = (MIN_BYTES_PER_TASK / row_bytes.max(1)).max(1);
-                    for (w, out) in w.chunks(per_task * row_bytes).zip(y.chunks_mut(per_task)) {
-                        tasks.push(Task::Blocks {
-                            type_id: dtype.id(),
-                            w,
-                            row_bytes,
-                            out,
-                        });
-                    }
-                }
-                (
-                    Piece::Affine {
-                        rows,
-                        bits,
-                        group_size,
-                    },
-                    [packed, scales, biases],
-                ) => {
-                    let (scales, biases) = (floats(scales)?, floats(biases)?);
-                    let row_bytes = packed.len() / rows.max(1);
-                    let groups = scales.len() / rows.max(1);
-                    let per_task = (MIN_BYTES_PER_TASK / row_bytes.max(1)).max(1);
-                    let chunks = packed
-                        .chunks(per_task * row_bytes.max(1))
-                        .zip(scales.chunks(per_task * groups.max(1)))
-                        .zip(biases.chunks(per_task * groups.max(1)))
-                        .zip(y.chunks_mut(per_task));
-                    for (((packed, scales), biases), out) in chunks {
-                        let rows = AffineRows {
-                            packed,
-                            scales,
-                            biases,
-                            bits,
-                            group_size,
-                        };
-                        tasks.push(Task::Affine { rows, out });
-                    }
-                }
-                _ => return Err("a projection was handed the wrong arrays".into()),
-            }
+            push_tasks(piece, bytes, y, &mut tasks)?;
         }
-        let x = row.as_activations();
-        tasks
-            .into_par_iter()
-            .try_for_each(|task| task.run(x))
-            .map_err(|e| e.to_string())
+        run_tasks(tasks, x)
     }
 
     /// [`Projection::apply`] one piece after another, each through its own
@@ -259,7 +204,7 @@ impl Projection {
                         bits, group_size, ..
                     },
                     [packed, scales, biases],
-                ) => affine_linear::rows_times(packed, scales, biases, bits, group_size, x, y)?,
+                ) => affine_rows_times(packed, scales, biases, (bits, group_size), x, y)?,
                 _ => return Err("a projection was handed the wrong arrays".into()),
             }
         }
@@ -282,7 +227,100 @@ impl Projection {
     }
 }
 
-/// Float32 values of an array's bytes.
-fn floats(bytes: &[u8]) -> Result<&[f32], String> {
-    bytemuck::try_cast_slice(bytes).map_err(|e| format!("float32 scales or biases: {e}"))
+/// `y[r] = Σ_j w[r, j] · x_j` for the `y.len()` rows of MLX affine groups
+/// (`bits` and `group_size`) held as bytes (the packed values, float32
+/// scales and biases), rows in parallel, `x` entering as 8-bit activations.
+pub(crate) fn affine_rows_times(
+    packed: &[u8],
+    scales: &[u8],
+    biases: &[u8],
+    (bits, group_size): (i32, i32),
+    x: &[f32],
+    y: &mut [f32],
+) -> Result<(), String> {
+    let piece = Piece::Affine {
+        rows: y.len(),
+        bits,
+        group_size,
+    };
+    let mut tasks = Vec::new();
+    push_tasks(piece, &[packed, scales, biases], y, &mut tasks)?;
+    run_tasks(tasks, x)
+}
+
+/// Pushes the tasks of `piece` (on `mlx-c`'s kernels) over its arrays'
+/// `bytes` into its output rows `y`: rows of about [`MIN_BYTES_PER_TASK`]
+/// bytes each.
+fn push_tasks<'a>(
+    piece: Piece,
+    bytes: &[&'a [u8]],
+    y: &'a mut [f32],
+    tasks: &mut Vec<Task<'a>>,
+) -> Result<(), String> {
+    match (piece, bytes) {
+        (Piece::Gguf { dtype, cols, .. }, [w]) => {
+            let row_bytes = cols / dtype.block_size().max(1) as usize * dtype.type_size() as usize;
+            if w.len() != y.len() * row_bytes {
+                return Err(format!(
+                    "{} bytes for {} rows of {row_bytes} bytes of {dtype}",
+                    w.len(),
+                    y.len()
+                ));
+            }
+            let per_task = (MIN_BYTES_PER_TASK / row_bytes.max(1)).max(1);
+            for (w, out) in w.chunks(per_task * row_bytes).zip(y.chunks_mut(per_task)) {
+                tasks.push(Task::Blocks {
+                    type_id: dtype.id(),
+                    w,
+                    row_bytes,
+                    out,
+                });
+            }
+        }
+        (
+            Piece::Affine {
+                rows,
+                bits,
+                group_size,
+            },
+            [packed, scales, biases],
+        ) => {
+            let (scales, biases) = (floats(scales)?, floats(biases)?);
+            let row_bytes = packed.len() / rows.max(1);
+            let groups = scales.len() / rows.max(1);
+            let per_task = (MIN_BYTES_PER_TASK / row_bytes.max(1)).max(1);
+            let chunks = packed
+                .chunks(per_task * row_bytes.max(1))
+                .zip(scales.chunks(per_task * groups.max(1)))
+                .zip(biases.chunks(per_task * groups.max(1)))
+                .zip(y.chunks_mut(per_task));
+            for (((packed, scales), biases), out) in chunks {
+                let rows = AffineRows {
+                    packed,
+                    scales,
+                    biases,
+                    bits,
+                    group_size,
+                };
+                tasks.push(Task::Affine { rows, out });
+            }
+        }
+        _ => return Err("a projection was handed the wrong arrays".into()),
+    }
+    Ok(())
+}
+
+/// Runs `tasks` on rayon's pool with `x` quantized to 8 bits once.
+fn run_tasks(tasks: Vec<Task<'_>>, x: &[f32]) -> Result<(), String> {
+    let row = Int8Row::new(x);
+    let x = row.as_activations();
+    tasks
+        .into_par_iter()
+        .try_for_each(|task| task.run(x))
+        .map_err(|e| e.to_string())
+}
+
+/// Float32 values of an input's bytes, in place.
+pub(crate) fn floats(bytes: &[u8]) -> Result<&[f32], String> {
+    bytemuck::try_cast_slice(bytes).map_err(|e| format!("float32 values: {e}"))
 }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use mlx_core::cpu_kernel::{cpu_kernel, CpuKernelFn};
 use mlx_core::{Array, Dtype};
 
+use crate::cpu_projection::floats;
 use crate::weights::gguf::{dequantize_into, rows_times, Activations, GgufDtype};
 
 /// A `[rows, cols]` matrix of GGUF blocks: `bytes` is uint8 `[rows,
@@ -115,7 +116,7 @@ pub(crate) fn row_product(
         let Some((xb, w)) = inputs.split_last() else {
             return Err("a row product without inputs".into());
         };
-        let x: &[f32] = bytemuck::try_cast_slice(xb).map_err(|e| format!("activations: {e}"))?;
+        let x = floats(xb)?;
         let y: &mut [f32] =
             bytemuck::try_cast_slice_mut(out).map_err(|e| format!("output: {e}"))?;
         product(w, x, y)
@@ -123,12 +124,4 @@ pub(crate) fn row_product(
     let mut inputs = weights.to_vec();
     inputs.push(&x);
     cpu_kernel(&inputs, &shape, Dtype::Float32, kernel)
-}
-
-/// Little-endian float32 values of `bytes`.
-pub(crate) fn floats(bytes: &[u8]) -> Vec<f32> {
-    bytes
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
 }

@@ -10,10 +10,8 @@
 
 mod common;
 
-use std::path::Path;
-
 use common::fixed_steps::{max_diff, scheduled, Steps, FIXED, PREFILL, VOCAB};
-use common::models::{random_model_with, tiny_config};
+use common::models::{default_model_path, random_model_with, tiny_config};
 use gemma::cache::{CacheFormat, LayerCache};
 use gemma::decode_step::DecodeStep;
 use gemma::load::{load, LoadOptions, ModelSource, WeightStorage};
@@ -107,8 +105,7 @@ fn stepped(model: &Gemma3, prompt: &[i32], ids: &[i32], fixed: bool) -> Vec<f32>
 
 #[test]
 fn the_default_model_as_stored_steps_across_its_window_as_the_eager_pass() {
-    let path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/model/gemma-3-270m-q4_k_m.gguf");
+    let path = default_model_path();
     if !path.exists() {
         println!("SKIPPED: the default model {} is missing", path.display());
         return;
