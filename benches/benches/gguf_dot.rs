@@ -4,6 +4,10 @@
 //! bytes) and layer 0's projections, with float32 and 8-bit activations,
 //! and with 8-bit ones through the portable Rust kernels too (`int8-rust`:
 //! what CPUs without AVX2, and types `mlx-c` has no kernel for, run).
+//! A second group (`gguf_prefill`) multiplies layer 0's projections with 16
+//! and 256 rows of activations (a short prompt, a prompt chunk), our kernel
+//! against MLX's float32 matmul over the matrix dequantized for the product;
+//! its throughput is multiply-adds.
 //! Throughput is the matrix's bytes. Needs the default model (`cargo xtask
 //! setup`); without it the benchmark says so and measures nothing.
 
@@ -12,7 +16,9 @@ use std::time::Duration;
 
 use benches::or_exit;
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
+use gemma::gguf_linear::GgufMatrix;
 use gemma::weights::gguf::{can_multiply, rows_times_with, Activations, GgufFile, Kernels};
+use mlx_core::{Array, Dtype};
 
 /// The tensors measured: the embedding and layer 0's projections.
 fn measured(name: &str) -> bool {
@@ -70,5 +76,68 @@ fn main() {
         }
     }
     group.finish();
+    prefill(&mut c, &file);
     c.final_summary();
+}
+
+/// Rows of activations in the prefill group: a short prompt (a chat turn)
+/// and one chunk of a long one.
+const PREFILL_ROWS: [usize; 2] = [16, 256];
+
+/// Layer 0's projections times [`PREFILL_ROWS`] rows of activations: our
+/// multi-row kernel with 8-bit activations against the other prefill path,
+/// the matrix dequantized for the product and multiplied by MLX's float32
+/// matmul (`GgufMatrix::times` with float32 activations).
+fn prefill(c: &mut Criterion, file: &GgufFile) {
+    let mut group = c.benchmark_group("gguf_prefill");
+    group.sample_size(10).sampling_mode(SamplingMode::Flat);
+    for info in file.tensors() {
+        let shape = info.row_major_shape();
+        if !info.name.starts_with("blk.0.") || shape.len() != 2 || !can_multiply(info.dtype) {
+            continue;
+        }
+        let (rows, cols) = (shape[0] as usize, shape[1] as usize);
+        let w = file.tensor_bytes(info);
+        let matrix = GgufMatrix {
+            bytes: or_exit(Array::from_bytes(
+                w,
+                &[rows as i32, (w.len() / rows) as i32],
+                Dtype::Uint8,
+            )),
+            dtype: info.dtype,
+            cols: cols as i32,
+            activations: Activations::F32,
+        };
+        for inputs in PREFILL_ROWS {
+            let x: Vec<f32> = (0..inputs * cols)
+                .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
+                .collect();
+            let mut out = vec![0f32; rows * inputs];
+            group.throughput(Throughput::Elements((rows * cols * inputs) as u64));
+            let id = |label: &str| {
+                BenchmarkId::new(
+                    format!("{}/{label}/{inputs}", info.name),
+                    format!("{}_{rows}x{cols}", info.dtype),
+                )
+            };
+            group.bench_function(id("int8"), |b| {
+                b.iter(|| {
+                    or_exit(rows_times_with(
+                        info.dtype,
+                        w,
+                        cols,
+                        &x,
+                        &mut out,
+                        Activations::Int8,
+                        Kernels::Fastest,
+                    ))
+                })
+            });
+            let xs = or_exit(Array::from_slice(&x, &[inputs as i32, cols as i32]));
+            group.bench_function(id("dequantized-f32-matmul"), |b| {
+                b.iter(|| or_exit(or_exit(matrix.times(&xs)).eval()))
+            });
+        }
+    }
+    group.finish();
 }

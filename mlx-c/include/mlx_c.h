@@ -335,14 +335,16 @@ int mlx_cpu_kernel(mlx_array* out, mlx_cpu_kernel_fn fn, void* ctx,
  * on this CPU (x86-64 with AVX2, FMA and F16C; types Q4_0, Q5_0, Q8_0, Q4_K,
  * Q5_K and Q6_K). */
 int mlx_block_rows_dot_available(bool* out, uint32_t ggml_type);
-/** `out[r] = Σ_j w[r, j] · x_j` for `rows` rows of `cols` values of ggml
- * type `ggml_type`, stored one after another as whole blocks (`row_bytes`
- * bytes a row), against activations quantized to 8 bits per 16 values:
- * `x_j ≈ x_scales[j / 16] · x[j]` with `x` in [-127, 127], and `x_sums[g]`
- * the sum of group `g`'s approximations. Fails for a type without a kernel on this CPU or
- * a row size that does not match the type. */
+/** `out[m · rows + r] = Σ_j w[r, j] · x[m, j]` for `rows` rows of `cols`
+ * values of ggml type `ggml_type`, stored one after another as whole blocks
+ * (`row_bytes` bytes a row), against each of `n` rows of activations
+ * quantized to 8 bits per 16 values: `x[m, j] ≈ x_scales[m · cols / 16 + j /
+ * 16] · x[m · cols + j]` with the integers in [-127, 127], and `x_sums` each
+ * group's sum of its approximations. Several rows decode each tile of
+ * weights once for all of them. Fails for a type without a kernel on this
+ * CPU or a row size that does not match the type. */
 int mlx_block_rows_dot(float* out, uint32_t ggml_type, const uint8_t* w,
-                       size_t rows, size_t row_bytes, size_t cols,
+                       size_t rows, size_t row_bytes, size_t cols, size_t n,
                        const int8_t* x, const float* x_scales,
                        const float* x_sums);
 /** Whether `mlx_affine_rows_dot` has a kernel for MLX's affine quantization

@@ -1,14 +1,16 @@
 // Products of ggml block-quantized rows, and of MLX's affine-quantized
-// rows, with activations quantized to 8 bits per 16 values, for decoding on
-// the CPU: AVX2 kernels that unpack each block in registers (the 5- and
-// 6-bit formats' high bits are spread to bytes with shuffles and masks) and
-// sum the products as integers with `maddubs`/`madd`. Each 32 values' 8
+// rows, with activations quantized to 8 bits per 16 values, on the CPU (one
+// row of activations while decoding, several for short prompts): AVX2
+// kernels that unpack each block in registers (the 5- and 6-bit formats'
+// high bits are spread to bytes with shuffles and masks) and sum the
+// products as integers with `maddubs`/`madd`. Each 32 values' 8
 // integer lanes (4 per group of 16) are scaled by the weights' and the
 // activations' scales of their group and accumulated in float32. The value
 // of each stored integer is ggml's (or MLX's):
 // crates/gemma/src/weights/gguf/blocks.rs describes the same GGUF formats
 // and its Rust kernels, the portable fallback, compute the same sums.
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -178,13 +180,16 @@ struct Q4_0 {
 /// Q5_0: f16 d, 32 fifth bits, nibbles as Q4_0; value = d · (q − 16).
 struct Q5_0 {
   static constexpr size_t kBytes = 22;
-  AVX2 static __m256i values(const uint8_t* b) {
+  /// The 32 stored integers q, in [0, 31].
+  AVX2 static __m256i stored(const uint8_t* b) {
     uint32_t high;
     std::memcpy(&high, b + 2, sizeof high);
     const __m256i fifth =
         _mm256_and_si256(bits_to_bytes(high), _mm256_set1_epi8(0x10));
-    return _mm256_sub_epi8(_mm256_or_si256(nibbles16(b + 6), fifth),
-                           _mm256_set1_epi8(16));
+    return _mm256_or_si256(nibbles16(b + 6), fifth);
+  }
+  AVX2 static __m256i values(const uint8_t* b) {
+    return _mm256_sub_epi8(stored(b), _mm256_set1_epi8(16));
   }
 };
 
@@ -212,48 +217,67 @@ inline void k_scales(const uint8_t* q, uint8_t sc[8], uint8_t m[8]) {
   }
 }
 
+/// A Q4_K or Q5_K block's scales: d, dmin, and its 8 sub-blocks' 6-bit
+/// scales and minimums.
+struct KBlockScales {
+  float d;
+  float dmin;
+  uint8_t sc[8];
+  uint8_t m[8];
+
+  AVX2 explicit KBlockScales(const uint8_t* block)
+      : d(f16_at(block)), dmin(f16_at(block + 2)) {
+    k_scales(block + 4, sc, m);
+  }
+};
+
+/// Sub-blocks 2p (`lo`) and 2p + 1 (`hi`) of a Q4_K (`fifth` false) or
+/// Q5_K block: their 32 stored integers each, in [0, 15] or [0, 31].
+template <bool fifth>
+AVX2 inline void k_4_5_values(const uint8_t* block, int p, __m256i& lo,
+                              __m256i& hi) {
+  constexpr size_t kQs = fifth ? 48 : 16;
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i q = load32(block + kQs + 32 * p);
+  lo = _mm256_and_si256(q, low4);
+  hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+  if (fifth) {
+    const __m256i high = load32(block + 16);
+    const __m256i one = _mm256_set1_epi8(1);
+    lo = _mm256_or_si256(
+        lo, _mm256_slli_epi16(
+                _mm256_and_si256(_mm256_srli_epi16(high, 2 * p), one), 4));
+    hi = _mm256_or_si256(
+        hi, _mm256_slli_epi16(
+                _mm256_and_si256(_mm256_srli_epi16(high, 2 * p + 1), one), 4));
+  }
+}
+
 /// One row of Q4_K (`fifth` false) or Q5_K blocks: value = d · sc · q −
 /// dmin · m per sub-block of 32, q in [0, 15] or [0, 31].
 template <bool fifth>
 AVX2 inline float row_k_4_5(const uint8_t* row, size_t blocks,
                             const Activations& x) {
   constexpr size_t kBytes = fifth ? 176 : 144;
-  constexpr size_t kQs = fifth ? 48 : 16;
   __m256 acc = _mm256_setzero_ps();
   float offsets = 0.0f;
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
   for (size_t b = 0; b < blocks; ++b) {
     const uint8_t* block = row + b * kBytes;
-    const float d = f16_at(block);
-    const float dmin = f16_at(block + 2);
-    uint8_t sc[8], m[8];
-    k_scales(block + 4, sc, m);
-    const __m256i high = fifth ? load32(block + 16) : _mm256_setzero_si256();
+    const KBlockScales k(block);
     for (int p = 0; p < 4; ++p) {
-      const __m256i q = load32(block + kQs + 32 * p);
-      __m256i lo = _mm256_and_si256(q, low4);
-      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
-      if (fifth) {
-        const __m256i one = _mm256_set1_epi8(1);
-        lo = _mm256_or_si256(
-            lo, _mm256_slli_epi16(
-                    _mm256_and_si256(_mm256_srli_epi16(high, 2 * p), one), 4));
-        hi = _mm256_or_si256(
-            hi,
-            _mm256_slli_epi16(
-                _mm256_and_si256(_mm256_srli_epi16(high, 2 * p + 1), one), 4));
-      }
+      __m256i lo, hi;
+      k_4_5_values<fifth>(block, p, lo, hi);
       const size_t g = 16 * b + 4 * p;  // the activations' group of `lo`
-      const float d_lo = d * sc[2 * p];
-      const float d_hi = d * sc[2 * p + 1];
+      const float d_lo = k.d * k.sc[2 * p];
+      const float d_hi = k.d * k.sc[2 * p + 1];
       acc = scaled_add(acc, unsigned_dot(lo, load32(x.q + 16 * g)),
                        _mm256_mul_ps(_mm256_set1_ps(d_lo),
                                      halves(x.scales[g], x.scales[g + 1])));
       acc = scaled_add(acc, unsigned_dot(hi, load32(x.q + 16 * (g + 2))),
                        _mm256_mul_ps(_mm256_set1_ps(d_hi),
                                      halves(x.scales[g + 2], x.scales[g + 3])));
-      offsets -= dmin * (m[2 * p] * (x.sums[g] + x.sums[g + 1]) +
-                         m[2 * p + 1] * (x.sums[g + 2] + x.sums[g + 3]));
+      offsets -= k.dmin * (k.m[2 * p] * (x.sums[g] + x.sums[g + 1]) +
+                           k.m[2 * p + 1] * (x.sums[g + 2] + x.sums[g + 3]));
     }
   }
   return sum8(acc) + offsets;
@@ -270,35 +294,37 @@ AVX2 float row_q5_k(const uint8_t* row, size_t blocks, const Activations& x) {
 /// One row of Q6_K blocks: value = d · sc · (q − 32), q in [0, 63] from a
 /// nibble of `ql` and two bits of `qh`, an int8 scale per 16 values. The
 /// products take q as stored; the 32 is taken off through the groups' sums.
+/// Values 128n to 128n + 127 of a Q6_K block as their stored integers
+/// (in [0, 63]), 32 per vector.
+AVX2 inline void q6_k_values(const uint8_t* block, int n, __m256i q[4]) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i low2 = _mm256_set1_epi8(0x03);
+  const __m256i ql0 = load32(block + 64 * n);
+  const __m256i ql1 = load32(block + 64 * n + 32);
+  const __m256i qh = load32(block + 128 + 32 * n);
+  q[0] = _mm256_or_si256(_mm256_and_si256(ql0, low4),
+                         _mm256_slli_epi16(_mm256_and_si256(qh, low2), 4));
+  q[1] = _mm256_or_si256(
+      _mm256_and_si256(ql1, low4),
+      _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), low2), 4));
+  q[2] = _mm256_or_si256(
+      _mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
+      _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), low2), 4));
+  q[3] = _mm256_or_si256(
+      _mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
+      _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), low2), 4));
+}
+
 AVX2 float row_q6_k(const uint8_t* row, size_t blocks, const Activations& x) {
   __m256 acc = _mm256_setzero_ps();
   float offsets = 0.0f;
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
-  const __m256i low2 = _mm256_set1_epi8(0x03);
   for (size_t b = 0; b < blocks; ++b) {
     const uint8_t* block = row + b * 210;
     const auto* sc = reinterpret_cast<const int8_t*>(block + 192);
     const float d = f16_at(block + 208);
     for (int n = 0; n < 2; ++n) {
-      const __m256i ql0 = load32(block + 64 * n);
-      const __m256i ql1 = load32(block + 64 * n + 32);
-      const __m256i qh = load32(block + 128 + 32 * n);
-      const __m256i q[4] = {
-          _mm256_or_si256(_mm256_and_si256(ql0, low4),
-                          _mm256_slli_epi16(_mm256_and_si256(qh, low2), 4)),
-          _mm256_or_si256(
-              _mm256_and_si256(ql1, low4),
-              _mm256_slli_epi16(
-                  _mm256_and_si256(_mm256_srli_epi16(qh, 2), low2), 4)),
-          _mm256_or_si256(
-              _mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
-              _mm256_slli_epi16(
-                  _mm256_and_si256(_mm256_srli_epi16(qh, 4), low2), 4)),
-          _mm256_or_si256(
-              _mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
-              _mm256_slli_epi16(
-                  _mm256_and_si256(_mm256_srli_epi16(qh, 6), low2), 4)),
-      };
+      __m256i q[4];
+      q6_k_values(block, n, q);
       for (int k = 0; k < 4; ++k) {
         const size_t g = 16 * b + 8 * n + 2 * k;
         const float d_lo = d * sc[8 * n + 2 * k];
@@ -369,6 +395,285 @@ AVX2 void affine_rows(const AffineRows& m, size_t rows, const Activations& x,
                       float* out) {
   for (size_t r = 0; r < rows; ++r) {
     out[r] = m.bits == 4 ? affine_row<4>(m, r, x) : affine_row<8>(m, r, x);
+  }
+}
+
+// ---- Several rows of activations (prefill) ----
+//
+// Each tile of weight rows is decoded once into integers, one scale and one
+// additive term per 16 values, and then multiplied with every row of
+// activations: value j of a weight row is s · q_j + m of its group, q
+// unsigned (the stored integer plus the format's offset, which goes into m)
+// or, for Q8_0, signed. The integer sums of 128 values (8 groups) are
+// reduced to one lane per group before they are scaled, so that the float
+// work is one multiply-add per group, not per 4 products: the lanes then
+// hold groups 0, 2, 4, 6, 1, 3, 5, 7 (`lane_of`), and the scales are stored
+// in that order.
+
+/// Weight rows decoded for the multi-row product.
+struct DecodedRows {
+  size_t cols;
+  std::vector<uint8_t> q;  // `cols` integers a row
+  std::vector<float> s;    // each group's scale, lane order, `cols / 16` a row
+  std::vector<float> m;    // each group's additive term, `cols / 16` a row
+
+  DecodedRows(size_t rows, size_t cols)
+      : cols(cols), q(rows * cols), s(rows * cols / 16), m(rows * cols / 16) {}
+
+  uint8_t* q_row(size_t r) { return q.data() + r * cols; }
+  float* s_row(size_t r) { return s.data() + r * cols / 16; }
+  float* m_row(size_t r) { return m.data() + r * cols / 16; }
+  const uint8_t* q_row(size_t r) const { return q.data() + r * cols; }
+  const float* s_row(size_t r) const { return s.data() + r * cols / 16; }
+  const float* m_row(size_t r) const { return m.data() + r * cols / 16; }
+};
+
+/// Group `g`'s place in lane order.
+inline size_t lane_of(size_t g) {
+  static constexpr size_t kLaneOf[8] = {0, 4, 1, 5, 2, 6, 3, 7};
+  return g / 8 * 8 + kLaneOf[g % 8];
+}
+
+/// One decoded row's outputs.
+struct DecodedRow {
+  uint8_t* q;
+  float* s;
+  float* m;
+
+  /// Groups `first` to `first + count − 1` take scale `scale` and term
+  /// `add`.
+  void groups(size_t first, size_t count, float scale, float add) const {
+    for (size_t g = first; g < first + count; ++g) {
+      s[lane_of(g)] = scale;
+      m[g] = add;
+    }
+  }
+
+  /// Values 32v to 32v + 31 are `values`.
+  AVX2 void store(size_t v, __m256i values) const {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * v), values);
+  }
+};
+
+AVX2 void decode_q4_0(const uint8_t* row, size_t cols, const DecodedRow& out) {
+  for (size_t b = 0; b < cols / 32; ++b) {
+    const uint8_t* block = row + 18 * b;
+    const float d = f16_at(block);
+    out.store(b, nibbles16(block + 2));
+    out.groups(2 * b, 2, d, -8.0f * d);
+  }
+}
+
+AVX2 void decode_q5_0(const uint8_t* row, size_t cols, const DecodedRow& out) {
+  for (size_t b = 0; b < cols / 32; ++b) {
+    const uint8_t* block = row + 22 * b;
+    const float d = f16_at(block);
+    out.store(b, Q5_0::stored(block));
+    out.groups(2 * b, 2, d, -16.0f * d);
+  }
+}
+
+/// Q8_0's integers stay signed.
+AVX2 void decode_q8_0(const uint8_t* row, size_t cols, const DecodedRow& out) {
+  for (size_t b = 0; b < cols / 32; ++b) {
+    const uint8_t* block = row + 34 * b;
+    out.store(b, Q8_0::values(block));
+    out.groups(2 * b, 2, f16_at(block), 0.0f);
+  }
+}
+
+template <bool fifth>
+AVX2 void decode_k_4_5(const uint8_t* row, size_t cols,
+                       const DecodedRow& out) {
+  constexpr size_t kBytes = fifth ? 176 : 144;
+  for (size_t b = 0; b < cols / 256; ++b) {
+    const uint8_t* block = row + b * kBytes;
+    const KBlockScales k(block);
+    for (int p = 0; p < 4; ++p) {
+      __m256i lo, hi;
+      k_4_5_values<fifth>(block, p, lo, hi);
+      out.store(8 * b + 2 * p, lo);
+      out.store(8 * b + 2 * p + 1, hi);
+      out.groups(16 * b + 4 * p, 2, k.d * k.sc[2 * p], -k.dmin * k.m[2 * p]);
+      out.groups(16 * b + 4 * p + 2, 2, k.d * k.sc[2 * p + 1],
+                 -k.dmin * k.m[2 * p + 1]);
+    }
+  }
+}
+
+AVX2 void decode_q6_k(const uint8_t* row, size_t cols, const DecodedRow& out) {
+  for (size_t b = 0; b < cols / 256; ++b) {
+    const uint8_t* block = row + b * 210;
+    const auto* sc = reinterpret_cast<const int8_t*>(block + 192);
+    const float d = f16_at(block + 208);
+    for (int n = 0; n < 2; ++n) {
+      __m256i q[4];
+      q6_k_values(block, n, q);
+      for (int k = 0; k < 4; ++k) {
+        out.store(8 * b + 4 * n + k, q[k]);
+        for (int h = 0; h < 2; ++h) {
+          const float s = d * sc[8 * n + 2 * k + h];
+          out.groups(16 * b + 8 * n + 2 * k + h, 1, s, -32.0f * s);
+        }
+      }
+    }
+  }
+}
+
+using RowDecoder = void (*)(const uint8_t*, size_t, const DecodedRow&);
+
+/// Activation rows for the multi-row product: the caller's integers and
+/// group sums, the groups' scales in lane order.
+struct ActivationRows {
+  const int8_t* q;
+  const float* sums;
+  std::vector<float> s;
+  size_t cols;
+
+  ActivationRows(const Activations& x, size_t n, size_t cols)
+      : q(x.q), sums(x.sums), s(n * cols / 16), cols(cols) {
+    for (size_t g = 0; g < s.size(); ++g) {
+      s[lane_of(g)] = x.scales[g];
+    }
+  }
+};
+
+/// The integer sums of 128 weights against 128 activations, one lane per
+/// group of 16 in lane order; `kSigned` for signed weights.
+template <bool kSigned>
+AVX2 inline __m256i group_sums(const uint8_t* w, const int8_t* x) {
+  __m256i i[4];
+  for (int k = 0; k < 4; ++k) {
+    const __m256i wk = load32(w + 32 * k);
+    const __m256i xk = load32(x + 32 * k);
+    i[k] = kSigned ? signed_dot(wk, xk) : unsigned_dot(wk, xk);
+  }
+  return _mm256_hadd_epi32(_mm256_hadd_epi32(i[0], i[1]),
+                           _mm256_hadd_epi32(i[2], i[3]));
+}
+
+/// `out[c · stride + r]` for weight rows `r` and `r + 1` and activation rows
+/// `c` and `c + 1`, the second of each only where `two_rows` and
+/// `two_inputs` say (otherwise the first is multiplied twice and written
+/// once).
+template <bool kSigned>
+AVX2 inline void tile_product(const DecodedRows& w, size_t r, bool two_rows,
+                              const ActivationRows& x, size_t c,
+                              bool two_inputs, float* out, size_t stride) {
+  const size_t cols = w.cols;
+  const size_t groups = cols / 16;
+  const size_t r1 = two_rows ? r + 1 : r;
+  const size_t c1 = two_inputs ? c + 1 : c;
+  const uint8_t* wq0 = w.q_row(r);
+  const uint8_t* wq1 = w.q_row(r1);
+  const float* ws0 = w.s_row(r);
+  const float* ws1 = w.s_row(r1);
+  const int8_t* xq0 = x.q + c * cols;
+  const int8_t* xq1 = x.q + c1 * cols;
+  const float* xs0 = x.s.data() + c * groups;
+  const float* xs1 = x.s.data() + c1 * groups;
+  const float* m0 = w.m_row(r);
+  const float* m1 = w.m_row(r1);
+  const float* sums0 = x.sums + c * groups;
+  const float* sums1 = x.sums + c1 * groups;
+  __m256 a00 = _mm256_setzero_ps(), a01 = _mm256_setzero_ps();
+  __m256 a10 = _mm256_setzero_ps(), a11 = _mm256_setzero_ps();
+  for (size_t v = 0, g = 0; v < cols; v += 128, g += 8) {
+    const __m256 s0 = _mm256_loadu_ps(ws0 + g);
+    const __m256 s1 = _mm256_loadu_ps(ws1 + g);
+    const __m256 t0 = _mm256_loadu_ps(xs0 + g);
+    const __m256 t1 = _mm256_loadu_ps(xs1 + g);
+    a00 = scaled_add(a00, group_sums<kSigned>(wq0 + v, xq0 + v),
+                     _mm256_mul_ps(s0, t0));
+    a01 = scaled_add(a01, group_sums<kSigned>(wq0 + v, xq1 + v),
+                     _mm256_mul_ps(s0, t1));
+    a10 = scaled_add(a10, group_sums<kSigned>(wq1 + v, xq0 + v),
+                     _mm256_mul_ps(s1, t0));
+    a11 = scaled_add(a11, group_sums<kSigned>(wq1 + v, xq1 + v),
+                     _mm256_mul_ps(s1, t1));
+    // The additive terms in natural group order: only the lanes' total
+    // counts.
+    const __m256 n0 = _mm256_loadu_ps(m0 + g);
+    const __m256 n1 = _mm256_loadu_ps(m1 + g);
+    const __m256 u0 = _mm256_loadu_ps(sums0 + g);
+    const __m256 u1 = _mm256_loadu_ps(sums1 + g);
+    a00 = _mm256_fmadd_ps(n0, u0, a00);
+    a01 = _mm256_fmadd_ps(n0, u1, a01);
+    a10 = _mm256_fmadd_ps(n1, u0, a10);
+    a11 = _mm256_fmadd_ps(n1, u1, a11);
+  }
+  out[c * stride + r] = sum8(a00);
+  if (two_rows) {
+    out[c * stride + r1] = sum8(a10);
+  }
+  if (two_inputs) {
+    out[c1 * stride + r] = sum8(a01);
+    if (two_rows) {
+      out[c1 * stride + r1] = sum8(a11);
+    }
+  }
+}
+
+/// `out[c · rows + r]` = row r of `w` (`rows` rows of `row_bytes` bytes)
+/// against each of the `n` rows of `x`: tiles of weight rows decoded by
+/// `decode`, each multiplied with every activation row.
+template <bool kSigned>
+AVX2 void rows_times_rows(RowDecoder decode, const uint8_t* w, size_t rows,
+                          size_t row_bytes, size_t cols, size_t n,
+                          const Activations& x, float* out) {
+  constexpr size_t kTileRows = 4;
+  const ActivationRows acts(x, n, cols);
+  DecodedRows tile(kTileRows, cols);
+  for (size_t r0 = 0; r0 < rows; r0 += kTileRows) {
+    const size_t tile_rows = std::min(kTileRows, rows - r0);
+    for (size_t i = 0; i < tile_rows; ++i) {
+      decode(w + (r0 + i) * row_bytes, cols,
+             DecodedRow{tile.q_row(i), tile.s_row(i), tile.m_row(i)});
+    }
+    for (size_t c = 0; c < n; c += 2) {
+      for (size_t i = 0; i < tile_rows; i += 2) {
+        tile_product<kSigned>(tile, i, i + 1 < tile_rows, acts, c, c + 1 < n,
+                              out + r0, rows);
+      }
+    }
+  }
+}
+
+/// Activation rows from which the multi-row product decodes tiles of
+/// weights (fewer go row by row through the single-row kernels).
+constexpr size_t kMinRowsForTiles = 4;
+
+/// The multi-row product for `type`, or false where there is none (or
+/// where `cols` is not whole 128-value steps).
+bool rows_times_rows_for(uint32_t type, const uint8_t* w, size_t rows,
+                         size_t row_bytes, size_t cols, size_t n,
+                         const Activations& x, float* out) {
+  if (cols % 128 != 0) {
+    return false;
+  }
+  switch (type) {
+    case kQ4_0:
+      rows_times_rows<false>(decode_q4_0, w, rows, row_bytes, cols, n, x, out);
+      return true;
+    case kQ5_0:
+      rows_times_rows<false>(decode_q5_0, w, rows, row_bytes, cols, n, x, out);
+      return true;
+    case kQ8_0:
+      rows_times_rows<true>(decode_q8_0, w, rows, row_bytes, cols, n, x, out);
+      return true;
+    case kQ4_K:
+      rows_times_rows<false>(decode_k_4_5<false>, w, rows, row_bytes, cols, n,
+                             x, out);
+      return true;
+    case kQ5_K:
+      rows_times_rows<false>(decode_k_4_5<true>, w, rows, row_bytes, cols, n,
+                             x, out);
+      return true;
+    case kQ6_K:
+      rows_times_rows<false>(decode_q6_k, w, rows, row_bytes, cols, n, x, out);
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -693,7 +998,7 @@ int mlx_block_rows_dot_available(bool* out, uint32_t ggml_type) {
 }
 
 int mlx_block_rows_dot(float* out, uint32_t ggml_type, const uint8_t* w,
-                       size_t rows, size_t row_bytes, size_t cols,
+                       size_t rows, size_t row_bytes, size_t cols, size_t n,
                        const int8_t* x, const float* x_scales,
                        const float* x_sums) {
   return guard([&] {
@@ -710,7 +1015,7 @@ int mlx_block_rows_dot(float* out, uint32_t ggml_type, const uint8_t* w,
           std::to_string(ggml_type) + " are not " + std::to_string(row_bytes) +
           " bytes of whole blocks");
     }
-    if (rows == 0) {
+    if (rows == 0 || n == 0) {
       return;
     }
     need(out, "out");
@@ -719,14 +1024,24 @@ int mlx_block_rows_dot(float* out, uint32_t ggml_type, const uint8_t* w,
     need(x_scales, "x_scales");
     need(x_sums, "x_sums");
 #if defined(__x86_64__)
-    const Activations acts{x, x_scales, x_sums};
-    if (const RowsKernel wide = rows_kernel_wide(ggml_type)) {
-      wide(w, rows, row_bytes, cols, acts, out);
+    if (n >= kMinRowsForTiles &&
+        rows_times_rows_for(ggml_type, w, rows, row_bytes, cols, n,
+                            Activations{x, x_scales, x_sums}, out)) {
       return;
     }
+    const RowsKernel wide = rows_kernel_wide(ggml_type);
     const size_t blocks = cols / shape.values;
-    for (size_t r = 0; r < rows; ++r) {
-      out[r] = kernel(w + r * row_bytes, blocks, acts);
+    for (size_t m = 0; m < n; ++m) {
+      const Activations acts{x + m * cols, x_scales + m * cols / 16,
+                             x_sums + m * cols / 16};
+      float* row_out = out + m * rows;
+      if (wide != nullptr) {
+        wide(w, rows, row_bytes, cols, acts, row_out);
+        continue;
+      }
+      for (size_t r = 0; r < rows; ++r) {
+        row_out[r] = kernel(w + r * row_bytes, blocks, acts);
+      }
     }
 #endif
   });

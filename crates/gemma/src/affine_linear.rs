@@ -10,7 +10,7 @@ use mlx_core::block_dot::affine_rows_dot_available;
 use mlx_core::{Array, Dtype, QuantizedArray};
 
 use crate::cpu_projection::affine_rows_times;
-use crate::gguf_linear::row_product;
+use crate::gguf_linear::rows_product;
 
 /// Whether `q`'s single-row products can run through our kernel here: its
 /// bits and group size have one on this CPU, and its scales and biases are
@@ -39,7 +39,7 @@ pub fn times(q: &QuantizedArray, x: &Array) -> mlx_core::Result<Array> {
     }
     let (bits, group_size) = (q.bits, q.group_size);
     let arrays = [&q.packed, &q.scales, &q.biases];
-    row_product(&arrays, x, q.packed.dim(0)?, move |w, x, y| {
+    rows_product(&arrays, x, q.packed.dim(0)?, move |w, x, y| {
         let [packed, scales, biases] = w else {
             return Err(format!(
                 "the affine product takes 3 arrays, got {}",

@@ -6,9 +6,9 @@
 use crate::error::check;
 use crate::{Error, Result};
 
-/// Activations quantized to 8 bits per 16 values: value `j` ≈
-/// `scales[j / 16] · q[j]`, `sums[g]` the sum of group `g`'s
-/// approximations.
+/// Activations quantized to 8 bits per 16 values, one row or several one
+/// after another: value `j` ≈ `scales[j / 16] · q[j]`, `sums[g]` the sum
+/// of group `g`'s approximations.
 #[derive(Debug, Clone, Copy)]
 pub struct Int8Activations<'a> {
     /// The integers, each in [−127, 127].
@@ -28,10 +28,12 @@ pub fn block_rows_dot_available(ggml_type: u32) -> Result<bool> {
     Ok(available)
 }
 
-/// `out[r] = Σ_j w[r, j] · x_j`: each of the `out.len()` rows of `w` (ggml
-/// type `ggml_type`, `row_bytes` bytes of whole blocks each) against `x`.
-/// Fails where [`block_rows_dot_available`] says no, or when the sizes do
-/// not match the type.
+/// `out[m · rows + r] = Σ_j w[r, j] · x[m, j]`: each of the `rows` rows of
+/// `w` (ggml type `ggml_type`, `row_bytes` bytes of whole blocks each)
+/// against each of the `out.len() / rows` rows of `x` (`x` holding that many
+/// rows one after another). Several rows of `x` decode each tile of weights
+/// once for all of them. Fails where [`block_rows_dot_available`] says no,
+/// or when the sizes do not match the type.
 pub fn block_rows_dot(
     ggml_type: u32,
     w: &[u8],
@@ -39,34 +41,43 @@ pub fn block_rows_dot(
     x: Int8Activations<'_>,
     out: &mut [f32],
 ) -> Result<()> {
-    let cols = x.q.len();
-    let groups = cols / 16;
-    if !cols.is_multiple_of(16)
-        || x.scales.len() != groups
-        || x.sums.len() != groups
-        || w.len() != out.len() * row_bytes
+    let rows = w.len().checked_div(row_bytes).unwrap_or(0);
+    let n = out.len().checked_div(rows).unwrap_or(0);
+    let cols = x.q.len().checked_div(n).unwrap_or(0);
+    if rows == 0 || out.is_empty() {
+        return Ok(());
+    }
+    if w.len() != rows * row_bytes
+        || out.len() != n * rows
+        || x.q.len() != n * cols
+        || !cols.is_multiple_of(16)
+        || x.scales.len() != n * cols / 16
+        || x.sums.len() != n * cols / 16
     {
         return Err(Error::Host(format!(
             "block rows product: {} bytes of rows of {row_bytes} bytes for {} outputs, \
-             {cols} activations with {} scales and {} sums",
+             {} activations with {} scales and {} sums",
             w.len(),
             out.len(),
+            x.q.len(),
             x.scales.len(),
             x.sums.len()
         )));
     }
     // SAFETY: every pointer comes from a live slice of the length checked
-    // above (`out.len()` rows of `row_bytes` bytes, `cols` activations and
-    // `cols / 16` scales and sums); the kernel checks that `row_bytes` is
-    // `cols` values of its type and reads no further.
+    // above (`rows` rows of `row_bytes` bytes, `n` rows of `cols`
+    // activations with `cols / 16` scales and sums each, `n · rows`
+    // outputs); the kernel checks that `row_bytes` is `cols` values of its
+    // type and reads no further.
     check(unsafe {
         mlx_sys::mlx_block_rows_dot(
             out.as_mut_ptr(),
             ggml_type,
             w.as_ptr(),
-            out.len(),
+            rows,
             row_bytes,
             cols,
+            n,
             x.q.as_ptr(),
             x.scales.as_ptr(),
             x.sums.as_ptr(),

@@ -580,7 +580,7 @@ unsafe extern "C" {
     pub fn mlx_block_rows_dot_available(out: *mut bool, ggml_type: u32) -> ::std::os::raw::c_int;
 }
 unsafe extern "C" {
-    #[doc = " `out[r] = Σ_j w[r, j] · x_j` for `rows` rows of `cols` values of ggml\n type `ggml_type`, stored one after another as whole blocks (`row_bytes`\n bytes a row), against activations quantized to 8 bits per 16 values:\n `x_j ≈ x_scales[j / 16] · x[j]` with `x` in [-127, 127], and `x_sums[g]`\n the sum of group `g`'s approximations. Fails for a type without a kernel on this CPU or\n a row size that does not match the type."]
+    #[doc = " `out[m · rows + r] = Σ_j w[r, j] · x[m, j]` for `rows` rows of `cols`\n values of ggml type `ggml_type`, stored one after another as whole blocks\n (`row_bytes` bytes a row), against each of `n` rows of activations\n quantized to 8 bits per 16 values: `x[m, j] ≈ x_scales[m · cols / 16 + j /\n 16] · x[m · cols + j]` with the integers in [-127, 127], and `x_sums` each\n group's sum of its approximations. Several rows decode each tile of\n weights once for all of them. Fails for a type without a kernel on this\n CPU or a row size that does not match the type."]
     pub fn mlx_block_rows_dot(
         out: *mut f32,
         ggml_type: u32,
@@ -588,6 +588,7 @@ unsafe extern "C" {
         rows: usize,
         row_bytes: usize,
         cols: usize,
+        n: usize,
         x: *const i8,
         x_scales: *const f32,
         x_sums: *const f32,

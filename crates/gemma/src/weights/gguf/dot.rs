@@ -23,6 +23,11 @@ use super::dtype::GgufDtype;
 /// the products.
 pub(crate) const MIN_BYTES_PER_TASK: usize = 64 * 1024;
 
+/// Rows of activations a task of a multi-row product takes at least: each
+/// task decodes the whole matrix once, which costs about as much as
+/// multiplying it with a few rows.
+const MIN_INPUTS_PER_TASK: usize = 16;
+
 /// How activations enter a product with block-quantized rows.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Activations {
@@ -139,7 +144,8 @@ enum Prepared {
     Int(Int8Row),
 }
 
-/// One row of activations quantized to 8 bits per group of 16.
+/// Rows of activations quantized to 8 bits per group of 16 (one row while
+/// decoding).
 pub(crate) struct Int8Row {
     /// The integers, value ≈ `scales[g]` · q.
     groups: Vec<[i8; GROUP]>,
@@ -155,22 +161,11 @@ impl Int8Row {
     pub(crate) fn new(x: &[f32]) -> Int8Row {
         let groups = x.len() / GROUP;
         let mut row = Int8Row {
-            groups: Vec::with_capacity(groups),
-            scales: Vec::with_capacity(groups),
-            sums: Vec::with_capacity(groups),
+            groups: vec![[0; GROUP]; groups],
+            scales: vec![0.0; groups],
+            sums: vec![0.0; groups],
         };
-        for values in x.chunks_exact(GROUP) {
-            let scale = values.iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0;
-            let inverse = if scale > 0.0 { 1.0 / scale } else { 0.0 };
-            let mut q = [0i8; GROUP];
-            for (q, v) in q.iter_mut().zip(values) {
-                *q = (v * inverse).round() as i8;
-            }
-            row.sums
-                .push(q.iter().map(|&v| i32::from(v)).sum::<i32>() as f32 * scale);
-            row.groups.push(q);
-            row.scales.push(scale);
-        }
+        quantize_groups(x, &mut row.groups, &mut row.scales, &mut row.sums);
         row
     }
 
@@ -181,6 +176,27 @@ impl Int8Row {
             scales: &self.scales,
             sums: &self.sums,
         }
+    }
+}
+
+/// Each group of 16 values of `x` rounded to the nearest multiple of its
+/// scale (its largest magnitude over 127), with the scales and the sums of
+/// the approximations; built for AVX2 where the CPU has it, so that the
+/// rounding is inlined rather than a call per value.
+#[multiversion(targets("x86_64+avx2+fma", "aarch64+neon"))]
+fn quantize_groups(x: &[f32], groups: &mut [[i8; GROUP]], scales: &mut [f32], sums: &mut [f32]) {
+    for (((values, q), scale), sum) in x
+        .chunks_exact(GROUP)
+        .zip(groups.iter_mut())
+        .zip(scales.iter_mut())
+        .zip(sums.iter_mut())
+    {
+        *scale = values.iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0;
+        let inverse = if *scale > 0.0 { 1.0 / *scale } else { 0.0 };
+        for (q, v) in q.iter_mut().zip(values) {
+            *q = (v * inverse).round() as i8;
+        }
+        *sum = q.iter().map(|&v| i32::from(v)).sum::<i32>() as f32 * *scale;
     }
 }
 
@@ -219,23 +235,33 @@ impl Product<'_> {
         (MIN_BYTES_PER_TASK / self.row_bytes).max(1)
     }
 
-    /// The product with 8-bit activations by `mlx-c`'s kernel for `dtype`:
-    /// each row of `x` against the matrix, tasks of rows in parallel.
+    /// The product with 8-bit activations by `mlx-c`'s kernel for `dtype`.
+    /// One row of `x` runs against tasks of the matrix's rows in parallel;
+    /// several rows run in tasks of rows of `x`, each quantizing its rows
+    /// and taking the whole matrix (which the kernel decodes once per tile
+    /// for all of them).
     fn run_native(&self, dtype: GgufDtype, out: &mut [f32]) -> Result<(), DequantError> {
         let rows = self.w.len() / self.row_bytes;
-        let rows_per_task = self.rows_per_task();
-        for (xs, out) in self
-            .x
-            .chunks_exact(self.cols)
-            .zip(out.chunks_exact_mut(rows))
-        {
-            let row = Int8Row::new(xs);
+        let inputs = self.x.len() / self.cols;
+        if inputs == 1 {
+            let row = Int8Row::new(self.x);
             let x = row.as_activations();
-            out.par_chunks_mut(rows_per_task)
+            let rows_per_task = self.rows_per_task();
+            return Ok(out
+                .par_chunks_mut(rows_per_task)
                 .zip(self.w.par_chunks(rows_per_task * self.row_bytes))
-                .try_for_each(|(o, w)| block_rows_dot(dtype.id(), w, self.row_bytes, x, o))?;
+                .try_for_each(|(o, w)| block_rows_dot(dtype.id(), w, self.row_bytes, x, o))?);
         }
-        Ok(())
+        let per_task = inputs
+            .div_ceil(2 * rayon::current_num_threads())
+            .max(MIN_INPUTS_PER_TASK);
+        Ok(out
+            .par_chunks_mut(per_task * rows)
+            .zip(self.x.par_chunks(per_task * self.cols))
+            .try_for_each(|(o, xs)| {
+                let x = Int8Row::new(xs);
+                block_rows_dot(dtype.id(), self.w, self.row_bytes, x.as_activations(), o)
+            })?)
     }
 
     /// The product for blocks of `format`: the matrix's rows in parallel,
@@ -492,12 +518,16 @@ mod tests {
         }
         // Both compute the same integer sums per group; only the order of
         // the float additions differs. An odd number of blocks as well (the
-        // 512-bit kernels take two blocks of 32 values at a time).
-        let shapes = covered
-            .iter()
-            .flat_map(|&dtype| [(dtype, 1024), (dtype, 1024 + dtype.block_size() as usize)]);
-        for (dtype, cols) in shapes {
-            let (rows, inputs) = (37, 2);
+        // 512-bit kernels take two blocks of 32 values at a time), and from
+        // 1 to 37 rows of activations (from 4 rows a task, `mlx-c` decodes
+        // tiles of 4 weight rows and multiplies them in pairs of rows).
+        let shapes = covered.iter().flat_map(|&dtype| {
+            [1024, 1024 + dtype.block_size() as usize]
+                .into_iter()
+                .flat_map(move |cols| [1, 2, 7, 37].map(|inputs| (dtype, cols, inputs)))
+        });
+        for (dtype, cols, inputs) in shapes {
+            let rows = 37;
             let w = blocks(dtype, rows * cols / dtype.block_size() as usize, 11);
             let x: Vec<f32> = (0..inputs * cols)
                 .map(|i| ((i * 7919) % 1013) as f32 / 500.0 - 1.0)
@@ -517,7 +547,7 @@ mod tests {
                     .sum();
                 assert!(
                     (f - p).abs() <= 1e-5 * scale,
-                    "{dtype}, {cols} columns: row {r}, input {m}: {f} against {p}"
+                    "{dtype}, {cols} columns, {inputs} inputs: row {r}, input {m}: {f} against {p}"
                 );
             }
         }
