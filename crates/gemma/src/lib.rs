@@ -9,6 +9,7 @@ mod cpu_attention;
 mod cpu_gelu;
 mod cpu_layer;
 mod cpu_projection;
+mod cpu_prompt_attention;
 pub mod decode_step;
 pub mod gguf_linear;
 pub mod kernels;

@@ -19,6 +19,7 @@ use crate::cache::{
 use crate::config::Gemma3Config;
 use crate::cpu_gelu;
 use crate::cpu_layer::{self, decode_layer_cpu};
+use crate::cpu_prompt_attention::{self, RowMask};
 use crate::kernels::{
     decode_attention_stored, decode_layer, grid_barrier, qk_norm_rope, resident_blocks,
     residual_norms, LayerGeometry, LayerWeights, Rotary,
@@ -592,6 +593,13 @@ fn attend_to(
         attend.keys.decoded(q.dtype())?,
         attend.values.decoded(q.dtype())?,
     );
+    if !place.gpu && q.dim(2)? > 1 {
+        if let Some(mask) = prompt_mask(&attend.mask, q, &keys, &values)? {
+            return Ok(cpu_prompt_attention::attend(
+                q, &keys, &values, scale, mask,
+            )?);
+        }
+    }
     let mask = match &attend.mask {
         KeyMask::All => AttentionMask::None,
         KeyMask::Causal => AttentionMask::Causal,
@@ -601,6 +609,32 @@ fn attend_to(
     Ok(scaled_dot_product_attention(
         q, &keys, &values, scale, mask,
     )?)
+}
+
+/// The mask of a prompt chunk's attention on the CPU through
+/// [`cpu_prompt_attention`]: float32 queries, keys and values, and a mask
+/// of every key, the causal one, or a boolean `[queries, keys]` array;
+/// `None` otherwise (MLX's attention takes the rest).
+fn prompt_mask<'a>(
+    mask: &'a KeyMask,
+    q: &Array,
+    keys: &Array,
+    values: &Array,
+) -> mlx_core::Result<Option<RowMask<'a>>> {
+    if [q, keys, values]
+        .iter()
+        .any(|a| a.dtype() != Dtype::Float32)
+    {
+        return Ok(None);
+    }
+    Ok(match mask {
+        KeyMask::All => Some(RowMask::All),
+        KeyMask::Causal => Some(RowMask::Causal),
+        KeyMask::Array(m) if m.dtype() == Dtype::Bool && m.shape() == [q.dim(2)?, keys.dim(2)?] => {
+            Some(RowMask::Array(m))
+        }
+        KeyMask::Array(_) | KeyMask::Leading { .. } => None,
+    })
 }
 
 /// A TurboQuant store as floats in its rotated domain; any other as it is.
