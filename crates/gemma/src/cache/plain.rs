@@ -10,10 +10,7 @@ use super::{
 /// A growing KV cache. Buffers grow by whole steps of 256 positions, so
 /// decoding does not re-allocate per token.
 ///
-/// Unquantized keys and values are returned sliced to the tokens seen. For a
-/// quantized format the whole buffer (a multiple of 256 positions) is returned
-/// with the unused tail masked, because MLX's CUDA `quantized_matmul` has no
-/// kernel for other key lengths.
+/// Keys and values, quantized or not, are returned sliced to the tokens seen.
 #[derive(Debug, Clone)]
 pub struct KvCache {
     format: CacheFormat,
@@ -79,19 +76,10 @@ impl KvCache {
         Ok(attend)
     }
 
-    /// What `n` new queries attend to, given the updated buffers.
+    /// What `n` new queries attend to, given the updated buffers: the
+    /// positions written so far, causally masked for a chunk.
     fn attend(&self, keys: &KvStore, values: &KvStore, n: i32) -> Result<Attend, CacheError> {
-        let quantized =
-            matches!(keys, KvStore::Quantized(_)) || matches!(values, KvStore::Quantized(_));
-        let cap = keys.positions();
-        if quantized && self.offset < cap {
-            return Ok(Attend {
-                keys: keys.clone(),
-                values: values.clone(),
-                mask: KeyMask::Array(causal_mask(n, self.offset - n, cap)?),
-            });
-        }
-        let (keys, values) = if self.offset < cap {
+        let (keys, values) = if self.offset < keys.positions() {
             (keys.slice(0, self.offset)?, values.slice(0, self.offset)?)
         } else {
             (keys.clone(), values.clone())

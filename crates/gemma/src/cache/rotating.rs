@@ -83,13 +83,6 @@ impl RotatingKvCache {
         }
     }
 
-    /// Whether keys or values are stored quantized now.
-    fn quantized(&self) -> bool {
-        let format = self.format.active(self.offset, self.start);
-        matches!(format.keys, super::KvFormat::Quantized { .. })
-            || matches!(format.values, super::KvFormat::Quantized { .. })
-    }
-
     fn update_one(&mut self, new_keys: KvStore, new_values: KvStore) -> Result<Attend, CacheError> {
         let (mut k, mut v) = match (self.keys.take(), self.values.take()) {
             (Some(k), Some(v)) => (k, v),
@@ -115,16 +108,6 @@ impl RotatingKvCache {
                 keys: k.clone(),
                 values: v.clone(),
                 mask: KeyMask::All,
-            }
-        } else if self.quantized() {
-            // Keep the whole buffer (see KvCache) and hide the unused tail.
-            let valid = arange(0.0, cap as f64, 1.0, Dtype::Int32)?
-                .less(&Array::scalar(self.filled as f64, Dtype::Int32)?)?
-                .reshape(&[1, cap])?;
-            Attend {
-                keys: k.clone(),
-                values: v.clone(),
-                mask: KeyMask::Array(valid),
             }
         } else {
             Attend {
@@ -178,29 +161,7 @@ impl RotatingKvCache {
         };
         let total = keep + n;
         let window_binds = total > self.window;
-        let (attend_keys, attend_values, mask) = if self.quantized() {
-            // Pad to a multiple of 256 positions for CUDA's quantized_matmul.
-            let padded = round_up(total);
-            let (k, v) = if padded > total {
-                (
-                    KvStore::concat(&[
-                        &all_keys,
-                        &KvStore::zeros_like(&all_keys, padded - total)?,
-                    ])?,
-                    KvStore::concat(&[
-                        &all_values,
-                        &KvStore::zeros_like(&all_values, padded - total)?,
-                    ])?,
-                )
-            } else {
-                (all_keys.clone(), all_values.clone())
-            };
-            (
-                k,
-                v,
-                KeyMask::Array(window_mask(n, keep, padded, self.window)?),
-            )
-        } else if window_binds {
+        let (attend_keys, attend_values, mask) = if window_binds {
             (
                 all_keys.clone(),
                 all_values.clone(),
