@@ -39,7 +39,8 @@ pub struct ModelMetadata {
     pub weight_bytes: usize,
     /// Compute dtype.
     pub dtype: String,
-    /// Weight quantization, e.g. "4-bit, group 64", or "none".
+    /// Weight quantization: MLX affine ("4-bit, group 64"), GGUF blocks held
+    /// as stored ("GGUF blocks as stored: Q8_0, Q5_0, …"), or "none".
     pub quantization: String,
     /// MLX's version.
     pub mlx_version: String,
@@ -129,7 +130,6 @@ impl Engine {
     pub fn metadata(&self) -> ModelMetadata {
         let model = &self.loaded.model;
         let c = &model.config;
-        let parameters = model.arrays().iter().map(|a| a.size()).sum::<usize>();
         ModelMetadata {
             name: self.loaded.name.clone(),
             layers: c.num_hidden_layers,
@@ -140,12 +140,16 @@ impl Engine {
             vocab_size: c.vocab_size,
             sliding_window: c.sliding_window,
             context_length: c.max_position_embeddings,
-            parameters,
+            parameters: c.parameters(),
             weight_bytes: model.weight_bytes(),
             dtype: model.dtype.name().to_string(),
-            quantization: match self.loaded.weight_quantization {
-                Some((bits, group)) => format!("{bits}-bit, group {group}"),
-                None => "none".into(),
+            quantization: match (self.loaded.weight_quantization, model.gguf_block_types()) {
+                (Some((bits, group)), _) => format!("{bits}-bit, group {group}"),
+                (None, types) if types.is_empty() => "none".into(),
+                (None, types) => {
+                    let names: Vec<String> = types.iter().map(|t| format!("{t:?}")).collect();
+                    format!("GGUF blocks as stored: {}", names.join(", "))
+                }
             },
             mlx_version: device::mlx_version(),
             device: device::default_device()

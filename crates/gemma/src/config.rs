@@ -196,6 +196,21 @@ impl Gemma3Config {
         !(layer + 1).is_multiple_of(self.sliding_window_pattern)
     }
 
+    /// Parameters of the model: the embedding (tied to the output), the
+    /// final norm and every layer's projections and norms, counted from the
+    /// shapes whatever the weights' storage (packed or block-quantized
+    /// arrays hold fewer elements).
+    pub fn parameters(&self) -> usize {
+        let (hidden, head) = (self.hidden_size, self.head_dim);
+        let (q, kv) = (
+            self.num_attention_heads * head,
+            self.num_key_value_heads * head,
+        );
+        let layer =
+            hidden * (2 * q + 2 * kv) + 3 * hidden * self.intermediate_size + 4 * hidden + 2 * head;
+        self.vocab_size * hidden + hidden + self.num_hidden_layers * layer
+    }
+
     /// The factor attention scores are multiplied by: `query_pre_attn_scalar^-1/2`,
     /// computed in f64 and rounded once, as mlx-lm does in Python.
     pub fn attention_scale(&self) -> f32 {

@@ -6,6 +6,7 @@ use mlx_core::{concatenate, Array, QuantizedArray};
 use crate::affine_linear;
 use crate::gguf_linear::GgufMatrix;
 use crate::kernels::linear_row;
+use crate::weights::gguf::GgufDtype;
 
 /// A weight matrix `[out, in]` applied as `x @ Wᵀ`.
 #[derive(Debug, Clone)]
@@ -169,6 +170,15 @@ impl Linear {
             Linear::Quantized(q) | Linear::QuantizedCpu(q) => vec![&q.packed, &q.scales, &q.biases],
             Linear::Gguf(g) => vec![&g.bytes],
             Linear::Parts(parts) => parts.iter().flat_map(Linear::arrays).collect(),
+        }
+    }
+
+    /// The GGUF block types held as stored (none for other weights).
+    pub fn gguf_types(&self) -> Vec<GgufDtype> {
+        match self {
+            Linear::Gguf(g) => vec![g.dtype],
+            Linear::Parts(parts) => parts.iter().flat_map(Linear::gguf_types).collect(),
+            Linear::Dense(_) | Linear::Quantized(_) | Linear::QuantizedCpu(_) => Vec::new(),
         }
     }
 }

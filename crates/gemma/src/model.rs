@@ -26,6 +26,7 @@ use crate::kernels::{
 };
 use crate::kv_target::{FixedTarget, KvTarget};
 use crate::linear::Linear;
+use crate::weights::gguf::GgufDtype;
 
 /// Errors of the forward pass.
 #[derive(Debug, thiserror::Error)]
@@ -451,6 +452,24 @@ impl Gemma3 {
     /// Bytes held by the weights.
     pub fn weight_bytes(&self) -> usize {
         self.arrays().iter().map(|a| a.nbytes()).sum()
+    }
+
+    /// The GGUF block types held as stored, each once, in the order met
+    /// (embedding first); empty when no weight is.
+    pub fn gguf_block_types(&self) -> Vec<GgufDtype> {
+        let mut types = self.embed.gguf_types();
+        for l in &self.layers {
+            for p in [&l.qkv_proj, &l.o_proj, &l.gate_up_proj, &l.down_proj] {
+                types.extend(p.gguf_types());
+            }
+        }
+        let mut seen = Vec::new();
+        for t in types {
+            if !seen.contains(&t) {
+                seen.push(t);
+            }
+        }
+        seen
     }
 
     /// Every weight array.

@@ -8,9 +8,11 @@
 
 use std::path::{Path, PathBuf};
 
+use gemma::affine_linear;
 use gemma::cache::CacheFormat;
 use gemma::linear::Linear;
 use gemma::load::{load, Activations, LoadOptions, LoadedModel, ModelSource, WeightStorage};
+use gemma::model::Gemma3;
 use mlx_core::{random, Array, Dtype};
 
 fn model_path() -> PathBuf {
@@ -189,6 +191,41 @@ fn kl_divergence(p_logits: &[f32], q_logits: &[f32]) -> f64 {
     p.iter().zip(&q).map(|(lp, lq)| lp.exp() * (lp - lq)).sum()
 }
 
+/// KL divergences of `int8`'s next-token distributions from `float`'s over
+/// 40 tokens: a short prompt read at once (products of several rows), then
+/// the float model's greedy continuation one token at a time. Returns the
+/// prompt's and the following tokens' values.
+fn activation_klds(float: &Gemma3, int8: &Gemma3) -> (Vec<f64>, Vec<f64>) {
+    let prompt = [2i32, 818, 5279, 529, 7001, 563, 496, 1607, 236764];
+    let mut caches = (
+        float.make_caches(CacheFormat::COMPUTE).unwrap(),
+        int8.make_caches(CacheFormat::COMPUTE).unwrap(),
+    );
+    let input = Array::from_slice(&prompt, &[1, prompt.len() as i32]).unwrap();
+    let p = floats(&float.forward(&input, &mut caches.0).unwrap());
+    let q = floats(&int8.forward(&input, &mut caches.1).unwrap());
+    let vocab = p.len() / prompt.len();
+    let read_at_once = p
+        .chunks_exact(vocab)
+        .zip(q.chunks_exact(vocab))
+        .map(|(p, q)| kl_divergence(p, q))
+        .collect();
+    let mut one_by_one = Vec::new();
+    let mut token = argmax(&p[p.len() - vocab..]);
+    for _ in prompt.len()..40 {
+        let input = Array::from_slice(&[token], &[1, 1]).unwrap();
+        let p = floats(&float.forward(&input, &mut caches.0).unwrap());
+        let q = floats(&int8.forward(&input, &mut caches.1).unwrap());
+        one_by_one.push(kl_divergence(&p, &q));
+        token = argmax(&p);
+    }
+    (read_at_once, one_by_one)
+}
+
+fn mean(values: &[f64]) -> f64 {
+    values.iter().sum::<f64>() / values.len() as f64
+}
+
 #[test]
 fn eight_bit_activations_stay_within_the_kld_budget_of_float_ones() {
     let (Some(float), Some(int8)) = (
@@ -197,36 +234,12 @@ fn eight_bit_activations_stay_within_the_kld_budget_of_float_ones() {
     ) else {
         return;
     };
-    // Both models read the same tokens: a short prompt at once (its
-    // products of several rows run through the integer kernel too), then
-    // the float model's greedy continuation one token at a time.
-    let prompt = [2i32, 818, 5279, 529, 7001, 563, 496, 1607, 236764];
-    let mut caches = (
-        float.model.make_caches(CacheFormat::COMPUTE).unwrap(),
-        int8.model.make_caches(CacheFormat::COMPUTE).unwrap(),
-    );
-    let input = Array::from_slice(&prompt, &[1, prompt.len() as i32]).unwrap();
-    let p = floats(&float.model.forward(&input, &mut caches.0).unwrap());
-    let q = floats(&int8.model.forward(&input, &mut caches.1).unwrap());
-    let vocab = p.len() / prompt.len();
-    let mut klds: Vec<f64> = p
-        .chunks_exact(vocab)
-        .zip(q.chunks_exact(vocab))
-        .map(|(p, q)| kl_divergence(p, q))
-        .collect();
-    let mut token = argmax(&p[p.len() - vocab..]);
-    for _ in prompt.len()..40 {
-        let input = Array::from_slice(&[token], &[1, 1]).unwrap();
-        let p = floats(&float.model.forward(&input, &mut caches.0).unwrap());
-        let q = floats(&int8.model.forward(&input, &mut caches.1).unwrap());
-        klds.push(kl_divergence(&p, &q));
-        token = argmax(&p);
-    }
-    let mean = klds.iter().sum::<f64>() / klds.len() as f64;
-    let largest = klds.iter().fold(0f64, |m, &v| m.max(v));
-    let prompt_mean = klds[..prompt.len()].iter().sum::<f64>() / prompt.len() as f64;
+    let (prompt, rest) = activation_klds(&float.model, &int8.model);
+    let all = [prompt.clone(), rest].concat();
+    let (mean_all, prompt_mean) = (mean(&all), mean(&prompt));
+    let largest = all.iter().fold(0f64, |m, &v| m.max(v));
     println!(
-        "int8 against f32 activations over 40 tokens: mean KLD {mean:.2e} (the {} read at \
+        "int8 against f32 activations over 40 tokens: mean KLD {mean_all:.2e} (the {} read at \
          once: {prompt_mean:.2e}), largest {largest:.2e}",
         prompt.len()
     );
@@ -235,8 +248,58 @@ fn eight_bit_activations_stay_within_the_kld_budget_of_float_ones() {
         "the prompt's logits were identical: its products did not take 8-bit activations"
     );
     assert!(
-        mean > 0.0,
+        mean_all > 0.0,
         "the two paths gave identical logits: 8-bit activations were not used"
     );
-    assert!(mean < 0.005, "mean KLD {mean}");
+    assert!(mean_all < 0.005, "mean KLD {mean_all}");
+}
+
+#[test]
+fn eight_bit_activations_on_affine_weights_stay_within_the_kld_budget() {
+    // The default model quantized to MLX's 4-bit affine format at load:
+    // MLX's `quantized_matmul` with float32 activations against our kernel
+    // with 8-bit ones (single rows; several rows take the dequantized
+    // matrix on both).
+    let path = model_path();
+    if !path.exists() {
+        println!("SKIPPED: the default model {} is missing", path.display());
+        return;
+    }
+    let options = LoadOptions {
+        dtype: Dtype::Float32,
+        quantize: Some((4, 64)),
+        weights: WeightStorage::Dequantized,
+    };
+    let float = load(&ModelSource::Gguf(path), options, &mut |_, _| {}).unwrap();
+    let mut int8 = float.model.clone();
+    let mut moved = 0;
+    let layers = int8.layers.iter_mut().flat_map(|l| {
+        [
+            &mut l.qkv_proj,
+            &mut l.o_proj,
+            &mut l.gate_up_proj,
+            &mut l.down_proj,
+        ]
+    });
+    for linear in std::iter::once(&mut int8.embed).chain(layers) {
+        if let Linear::Quantized(q) = linear {
+            if affine_linear::takes(q).unwrap() {
+                *linear = Linear::QuantizedCpu(q.clone());
+                moved += 1;
+            }
+        }
+    }
+    assert_eq!(moved, 1 + 4 * 18, "every projection and the embedding");
+    let (_, one_by_one) = activation_klds(&float.model, &int8);
+    let (m, largest) = (
+        mean(&one_by_one),
+        one_by_one.iter().fold(0f64, |m, &v| m.max(v)),
+    );
+    println!(
+        "4-bit affine, int8 against f32 activations over {} tokens decoded one by one: \
+         mean KLD {m:.2e}, largest {largest:.2e}",
+        one_by_one.len()
+    );
+    assert!(m > 0.0, "identical logits: 8-bit activations were not used");
+    assert!(m < 0.005, "mean KLD {m}");
 }

@@ -50,6 +50,37 @@ fn every_published_width_runs_with_two_layers() {
 }
 
 #[test]
+fn parameters_count_the_float_model_s_elements_whatever_the_storage() {
+    // One key/value head (270M) and several (4B), one layer each.
+    for size in ["270m", "4b"] {
+        let mut config = Gemma3Config::published(size, Some(1)).unwrap();
+        config.vocab_size = 1024;
+        let count = |quantize| -> usize {
+            let loaded = load(
+                &ModelSource::Random {
+                    config: Box::new(config.clone()),
+                    seed: 1,
+                },
+                LoadOptions {
+                    dtype: Dtype::Float32,
+                    quantize,
+                    weights: WeightStorage::Dequantized,
+                },
+                &mut |_, _| {},
+            )
+            .unwrap();
+            loaded.model.arrays().iter().map(|a| a.size()).sum()
+        };
+        assert_eq!(config.parameters(), count(None), "{size}");
+        // Packed 4-bit weights hold fewer elements; the count stays.
+        assert!(count(Some((4, 64))) < config.parameters(), "{size}");
+    }
+    // The published 1B model: 999,885,952 parameters.
+    let one_b = Gemma3Config::published("1b", None).unwrap();
+    assert_eq!(one_b.parameters(), 999_885_952);
+}
+
+#[test]
 fn the_270m_and_1b_shapes_run_whole() {
     for (size, layers) in [("270m", 18), ("1b", 26)] {
         let mut config = Gemma3Config::published(size, None).unwrap();

@@ -109,7 +109,9 @@ pub fn run(workspace: &Workspace, options: &BenchOptions) -> Result<()> {
     let same_dir = convert(&binary, &out.join("hf-270m"), "float32")?;
     let ours = Engine::Ours {
         binary: binary.clone(),
-        model_args: vec!["--dtype".into(), "float32".into()],
+        model_args: ["--dtype", "float32", "--weights", "dequantized"]
+            .map(String::from)
+            .to_vec(),
     };
     let theirs = Engine::MlxLm {
         python: reference.python.clone(),

@@ -35,13 +35,21 @@ pub fn gemma_mlx(args: &[&str]) -> Output {
         .expect("gemma-mlx runs")
 }
 
-/// Runs `gemma-mlx SUBCOMMAND --model <default> --dtype float32 --json
-/// ARGS…` and returns the JSON object on stdout's last line; panics with
-/// stderr on failure.
+/// Runs `gemma-mlx SUBCOMMAND --model <default> --dtype float32 --weights
+/// dequantized --json ARGS…` (mlx-lm's float32 model, which the fixtures
+/// come from) and returns the JSON object on stdout's last line; panics
+/// with stderr on failure.
 pub fn report(subcommand: &str, args: &[&str]) -> Value {
     let model = model();
     let mut all = vec![
-        subcommand, "--model", &model, "--dtype", "float32", "--json",
+        subcommand,
+        "--model",
+        &model,
+        "--dtype",
+        "float32",
+        "--weights",
+        "dequantized",
+        "--json",
     ];
     all.extend_from_slice(args);
     json_of(&gemma_mlx(&all))

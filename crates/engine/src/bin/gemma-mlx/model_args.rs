@@ -33,13 +33,14 @@ pub struct ModelArgs {
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(["4", "8"]))]
     pub quantize_weights: Option<String>,
     /// How a GGUF file's block-quantized weights are held: `native` as
-    /// stored, multiplied by our CPU kernels (the CPU in float32 only), or
-    /// `dequantized` to the compute dtype at load (the default). With
+    /// stored, multiplied by our CPU kernels (the CPU in float32 only; the
+    /// default there), or `dequantized` to the compute dtype at load (the
+    /// default elsewhere, and the path that matches mlx-lm's logits). With
     /// `native` and `int8` activations on the CPU, MLX affine 4- and 8-bit
     /// weights (a quantized checkpoint, or `--quantize-weights`) take our
     /// kernel too instead of MLX's `quantized_matmul`.
-    #[arg(long, value_enum, default_value_t = WeightsArg::Dequantized)]
-    pub weights: WeightsArg,
+    #[arg(long, value_enum)]
+    pub weights: Option<WeightsArg>,
     /// With `--weights native`, how one row of activations enters the
     /// products: `int8`, quantized to 8 bits per block as llama.cpp does (the
     /// default), or `f32`, the exact path.
@@ -138,6 +139,15 @@ impl ModelArgs {
         self.gpu_kernels.unwrap_or(true)
     }
 
+    /// How weights are held on `device` in `dtype`: as asked, else as stored
+    /// on the CPU in float32 (our kernels) and dequantized elsewhere.
+    pub fn weights(&self, device: Device, dtype: Dtype) -> WeightsArg {
+        self.weights.unwrap_or(match (device, dtype) {
+            (Device::Cpu, Dtype::Float32) => WeightsArg::Native,
+            _ => WeightsArg::Dequantized,
+        })
+    }
+
     /// The compute dtype on `device`.
     pub fn dtype(&self, device: Device) -> Dtype {
         match (self.dtype, device) {
@@ -183,7 +193,7 @@ impl ModelArgs {
             LoadOptions {
                 dtype,
                 quantize,
-                weights: match self.weights {
+                weights: match self.weights(device, dtype) {
                     WeightsArg::Native => WeightStorage::Native(match self.activations {
                         ActivationsArg::Int8 => Activations::Int8,
                         ActivationsArg::F32 => Activations::F32,
