@@ -22,7 +22,15 @@ struct Worker {
 impl Worker {
     fn start(model: &str) -> Worker {
         let mut child = Command::new(env!("CARGO_BIN_EXE_gemma-mlx"))
-            .args(["worker", "--model", model, "--dtype", "float32"])
+            .args([
+                "worker",
+                "--model",
+                model,
+                "--dtype",
+                "float32",
+                "--weights",
+                "dequantized",
+            ])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -84,6 +92,8 @@ fn answers_equal_the_one_shot_commands() {
         &model,
         "--dtype",
         "float32",
+        "--weights",
+        "dequantized",
         "--max-tokens",
         "12",
         "--kv",

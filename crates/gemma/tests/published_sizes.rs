@@ -7,13 +7,15 @@
 use gemma::cache::CacheFormat;
 use gemma::config::{Gemma3Config, PUBLISHED_SIZES};
 use gemma::load::{load, quantize_weights, LoadOptions, ModelSource, WeightStorage};
+use gemma::model::Gemma3;
 use mlx_core::{Array, Dtype};
 
-fn logits_of(config: Gemma3Config, quantize: Option<(i32, i32)>, tokens: &[i32]) -> Vec<f32> {
-    let loaded = load(
+/// Random float32 weights of `config` (seed `seed`), quantized at load as asked.
+fn random_model(config: &Gemma3Config, quantize: Option<(i32, i32)>, seed: u64) -> Gemma3 {
+    load(
         &ModelSource::Random {
-            config: Box::new(config),
-            seed: 7,
+            config: Box::new(config.clone()),
+            seed,
         },
         LoadOptions {
             dtype: Dtype::Float32,
@@ -22,8 +24,12 @@ fn logits_of(config: Gemma3Config, quantize: Option<(i32, i32)>, tokens: &[i32])
         },
         &mut |_, _| {},
     )
-    .unwrap();
-    let model = loaded.model;
+    .unwrap()
+    .model
+}
+
+fn logits_of(config: Gemma3Config, quantize: Option<(i32, i32)>, tokens: &[i32]) -> Vec<f32> {
+    let model = random_model(&config, quantize, 7);
     let mut caches = model.make_caches(CacheFormat::COMPUTE).unwrap();
     let input = Array::from_slice(tokens, &[1, tokens.len() as i32]).unwrap();
     let logits = model.forward(&input, &mut caches).unwrap();
@@ -56,20 +62,8 @@ fn parameters_count_the_float_model_s_elements_whatever_the_storage() {
         let mut config = Gemma3Config::published(size, Some(1)).unwrap();
         config.vocab_size = 1024;
         let count = |quantize| -> usize {
-            let loaded = load(
-                &ModelSource::Random {
-                    config: Box::new(config.clone()),
-                    seed: 1,
-                },
-                LoadOptions {
-                    dtype: Dtype::Float32,
-                    quantize,
-                    weights: WeightStorage::Dequantized,
-                },
-                &mut |_, _| {},
-            )
-            .unwrap();
-            loaded.model.arrays().iter().map(|a| a.size()).sum()
+            let model = random_model(&config, quantize, 1);
+            model.arrays().iter().map(|a| a.size()).sum()
         };
         assert_eq!(config.parameters(), count(None), "{size}");
         // Packed 4-bit weights hold fewer elements; the count stays.
@@ -120,20 +114,7 @@ fn quantized_weights_stay_close_to_float_weights() {
 #[test]
 fn quantizing_weights_replaces_every_projection() {
     let config = Gemma3Config::published("270m", Some(1)).unwrap();
-    let mut model = load(
-        &ModelSource::Random {
-            config: Box::new(config),
-            seed: 1,
-        },
-        LoadOptions {
-            dtype: Dtype::Float32,
-            quantize: None,
-            weights: WeightStorage::Dequantized,
-        },
-        &mut |_, _| {},
-    )
-    .unwrap()
-    .model;
+    let mut model = random_model(&config, None, 1);
     let before = model.weight_bytes();
     quantize_weights(&mut model, 4, 64).unwrap();
     let after = model.weight_bytes();
@@ -152,25 +133,8 @@ fn every_weight_is_made_when_the_model_loads() {
     // decode step and made again at every step.
     let config = Gemma3Config::published("270m", Some(2)).unwrap();
     for quantize in [None, Some((4, 64))] {
-        let loaded = load(
-            &ModelSource::Random {
-                config: Box::new(config.clone()),
-                seed: 3,
-            },
-            LoadOptions {
-                dtype: Dtype::Float32,
-                quantize,
-                weights: WeightStorage::Dequantized,
-            },
-            &mut |_, _| {},
-        )
-        .unwrap();
-        let lazy = loaded
-            .model
-            .arrays()
-            .iter()
-            .filter(|a| !a.is_evaluated())
-            .count();
+        let model = random_model(&config, quantize, 3);
+        let lazy = model.arrays().iter().filter(|a| !a.is_evaluated()).count();
         assert_eq!(
             lazy, 0,
             "{lazy} weight arrays left unevaluated ({quantize:?})"
