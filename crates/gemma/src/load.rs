@@ -272,8 +272,9 @@ pub fn quantize_weights(model: &mut Gemma3, bits: i32, group_size: i32) -> Resul
 }
 
 /// Hands every MLX affine-quantized projection (and embedding) our kernel
-/// can take to it ([`Linear::QuantizedCpu`]).
-fn affine_products_on_our_kernel(model: &mut Gemma3) -> Result<(), LoadError> {
+/// can take to it ([`Linear::QuantizedCpu`]); `load` does so for 8-bit
+/// activations on the CPU.
+pub fn affine_products_on_our_kernel(model: &mut Gemma3) -> Result<(), LoadError> {
     each_projection(model, |l| {
         if let Linear::Quantized(q) = l {
             if affine_linear::takes(q)? {

@@ -73,15 +73,20 @@ impl Layer {
         let mut out = vec![&self.input_norm, &self.q_norm, &self.k_norm];
         out.extend([&self.post_attention_norm, &self.pre_feedforward_norm]);
         out.push(&self.post_feedforward_norm);
-        for p in [
+        for p in self.projections() {
+            out.extend(p.arrays());
+        }
+        out
+    }
+
+    /// The four projections: Q/K/V, output, gate/up, down.
+    pub fn projections(&self) -> [&Linear; 4] {
+        [
             &self.qkv_proj,
             &self.o_proj,
             &self.gate_up_proj,
             &self.down_proj,
-        ] {
-            out.extend(p.arrays());
-        }
-        out
+        ]
     }
 
     /// The block's weights as [`decode_layer`] takes them; `None` when a
@@ -459,7 +464,7 @@ impl Gemma3 {
     pub fn gguf_block_types(&self) -> Vec<GgufDtype> {
         let mut types = self.embed.gguf_types();
         for l in &self.layers {
-            for p in [&l.qkv_proj, &l.o_proj, &l.gate_up_proj, &l.down_proj] {
+            for p in l.projections() {
                 types.extend(p.gguf_types());
             }
         }

@@ -8,10 +8,12 @@
 
 use std::path::{Path, PathBuf};
 
-use gemma::affine_linear;
 use gemma::cache::CacheFormat;
 use gemma::linear::Linear;
-use gemma::load::{load, Activations, LoadOptions, LoadedModel, ModelSource, WeightStorage};
+use gemma::load::{
+    affine_products_on_our_kernel, load, Activations, LoadOptions, LoadedModel, ModelSource,
+    WeightStorage,
+};
 use gemma::model::Gemma3;
 use mlx_core::{random, Array, Dtype};
 
@@ -272,23 +274,15 @@ fn eight_bit_activations_on_affine_weights_stay_within_the_kld_budget() {
     };
     let float = load(&ModelSource::Gguf(path), options, &mut |_, _| {}).unwrap();
     let mut int8 = float.model.clone();
-    let mut moved = 0;
-    let layers = int8.layers.iter_mut().flat_map(|l| {
-        [
-            &mut l.qkv_proj,
-            &mut l.o_proj,
-            &mut l.gate_up_proj,
-            &mut l.down_proj,
-        ]
-    });
-    for linear in std::iter::once(&mut int8.embed).chain(layers) {
-        if let Linear::Quantized(q) = linear {
-            if affine_linear::takes(q).unwrap() {
-                *linear = Linear::QuantizedCpu(q.clone());
-                moved += 1;
-            }
-        }
-    }
+    affine_products_on_our_kernel(&mut int8).unwrap();
+    let on_our_kernel = |l: &Linear| matches!(l, Linear::QuantizedCpu(_));
+    let moved = usize::from(on_our_kernel(&int8.embed))
+        + int8
+            .layers
+            .iter()
+            .flat_map(|l| l.projections())
+            .filter(|l| on_our_kernel(l))
+            .count();
     assert_eq!(moved, 1 + 4 * 18, "every projection and the embedding");
     let (_, one_by_one) = activation_klds(&float.model, &int8);
     let (m, largest) = (

@@ -161,15 +161,12 @@ impl RotatingKvCache {
         };
         let total = keep + n;
         let window_binds = total > self.window;
-        let (attend_keys, attend_values, mask) = if window_binds {
-            (
-                all_keys.clone(),
-                all_values.clone(),
-                KeyMask::Array(window_mask(n, keep, total, self.window)?),
-            )
+        let mask = if window_binds {
+            KeyMask::Array(window_mask(n, keep, total, self.window)?)
         } else {
-            (all_keys.clone(), all_values.clone(), KeyMask::Causal)
+            KeyMask::Causal
         };
+        let (attend_keys, attend_values) = (all_keys.clone(), all_values.clone());
 
         let kept = total.min(self.window);
         let (k, v) = if kept < total {
