@@ -560,6 +560,9 @@ fn fused_layer_kernels_encode_and_read_every_cache_format_as_the_eager_pass() {
             0,
         ),
         ("q4/float, group 32", 64, format(a(4, 32), f), 0),
+        // Codes read as whole 16- and 32-bit words and decoded where used.
+        ("q2/q4, heads of 256", 256, format(a(2, 32), a(4, 128)), 0),
+        ("q4/q4, heads of 128", 128, format(a(4, 32), a(4, 64)), 0),
         (
             "q3/q6 after 3 float tokens",
             64,
