@@ -5,6 +5,7 @@
 //! would.
 
 use gemma::cache::CacheFormat;
+use gemma::gguf_linear::MIN_INPUTS_FOR_MATMUL;
 use gemma::model::Gemma3;
 use mlx_core::{memory, Array};
 use serde::Serialize;
@@ -109,10 +110,22 @@ pub fn chunks(tokens: &[u32], settings: &ChunkSettings) -> Result<Vec<Vec<u32>>,
     Ok(out)
 }
 
-/// Logits `[L, V]` of one chunk `[1, L]` through a fresh cache of `side`'s
-/// format, and the bytes that cache holds afterwards. With a `start` inside
-/// the chunk, the chunk runs in two forwards cut there.
-fn run_chunk(side: &Side<'_>, chunk: &Array) -> Result<(Array, usize), GenerateError> {
+/// The first row whose logits a chunk of `l` tokens needs when positions
+/// from `first` on are scored: `first`, but never fewer than
+/// [`MIN_INPUTS_FOR_MATMUL`] rows (or the whole chunk), so that the output
+/// head's product takes the path it takes for the whole chunk and each row
+/// gets the logits it would get there.
+fn logits_from(first: i32, l: i32) -> i32 {
+    first.min(l - MIN_INPUTS_FOR_MATMUL as i32).max(0)
+}
+
+/// Logits `[L − from, V]` of rows `from..L` of one chunk `[1, L]` through a
+/// fresh cache of `side`'s format, and the bytes that cache holds
+/// afterwards. Every row runs through the blocks; only the rows asked for
+/// go through the output head (half its products, and half the comparison's
+/// work, when the second half is scored). With a `start` inside the chunk,
+/// the chunk runs in two forwards cut there.
+fn run_chunk(side: &Side<'_>, chunk: &Array, from: i32) -> Result<(Array, usize), GenerateError> {
     let mut caches: Vec<_> = side
         .model
         .make_caches(side.format)?
@@ -121,19 +134,21 @@ fn run_chunk(side: &Side<'_>, chunk: &Array) -> Result<(Array, usize), GenerateE
         .collect();
     let l = chunk.dim(1)?;
     let cut = (side.start as i32).min(l);
-    let logits = if cut > 0 && cut < l {
+    let hidden = if cut > 0 && cut < l {
         let first = side
             .model
-            .forward(&chunk.slice(&[0, 0], &[1, cut], &[1, 1])?, &mut caches)?;
+            .hidden(&chunk.slice(&[0, 0], &[1, cut], &[1, 1])?, &mut caches)?;
         let second = side
             .model
-            .forward(&chunk.slice(&[0, cut], &[1, l], &[1, 1])?, &mut caches)?;
+            .hidden(&chunk.slice(&[0, cut], &[1, l], &[1, 1])?, &mut caches)?;
         mlx_core::concatenate(&[&first, &second], 1)?
     } else {
-        side.model.forward(chunk, &mut caches)?
+        side.model.hidden(chunk, &mut caches)?
     };
-    let shape = logits.shape();
-    let logits = logits.reshape(&[shape[1], shape[2]])?;
+    let width = hidden.dim(2)?;
+    let rows = hidden.slice(&[0, from, 0], &[1, l, width], &[1, 1, 1])?;
+    let logits = side.model.logits(&rows)?;
+    let logits = logits.reshape(&[l - from, logits.dim(2)?])?;
     logits.eval()?;
     Ok((logits, caches.iter().map(|c| c.nbytes()).sum()))
 }
@@ -155,14 +170,15 @@ pub fn sweep(
         let ids: Vec<i32> = chunk.iter().map(|&t| t as i32).collect();
         let l = ids.len() as i32;
         let input = Array::from_slice(&ids, &[1, l])?;
-        let next = Array::from_slice(&ids[1..], &[l - 1])?;
         let first = if settings.second_half { l / 2 } else { 0 };
+        let from = logits_from(first, l);
+        let next = Array::from_slice(&ids[from as usize + 1..], &[l - 1 - from])?;
         let mut shared: Option<Reference> = None;
         for (i, cand) in candidates.iter().enumerate() {
             let reference_now = match (&shared, settings.two_forwards) {
                 (Some(_), false) => None,
                 _ => {
-                    let (logits, bytes) = run_chunk(reference, &input)?;
+                    let (logits, bytes) = run_chunk(reference, &input, from)?;
                     forwards += 1;
                     reference_cache_bytes = bytes;
                     Some(Reference::new(&logits)?)
@@ -174,10 +190,16 @@ pub fn sweep(
             let Some(reference_logprobs) = shared.as_ref() else {
                 return Err(GenerateError::Input("no reference computed".into()));
             };
-            let (logits, bytes) = run_chunk(cand, &input)?;
+            let (logits, bytes) = run_chunk(cand, &input, from)?;
             forwards += 1;
             candidate_cache_bytes[i] = bytes;
-            compare_into(reference_logprobs, &logits, &next, first, &mut samples[i])?;
+            compare_into(
+                reference_logprobs,
+                &logits,
+                &next,
+                first - from,
+                &mut samples[i],
+            )?;
         }
         drop(shared);
         active_memory.record(done + 1, memory::active_bytes()?);
@@ -195,7 +217,21 @@ pub fn sweep(
 
 #[cfg(test)]
 mod tests {
-    use super::ActiveMemory;
+    use super::{logits_from, ActiveMemory};
+
+    #[test]
+    fn the_head_takes_the_scored_rows_and_never_fewer_than_a_matmul_takes() {
+        // A 512-token chunk scored on its second half: rows 256 on.
+        assert_eq!(logits_from(256, 512), 256);
+        // Every position scored: every row.
+        assert_eq!(logits_from(0, 512), 0);
+        // 128 tokens: the second half is exactly 64 rows.
+        assert_eq!(logits_from(64, 128), 64);
+        // 100 tokens: 64 rows, from 36, though scoring starts at 50.
+        assert_eq!(logits_from(50, 100), 36);
+        // Chunks shorter than 64 tokens: the whole chunk, as before.
+        assert_eq!(logits_from(16, 32), 0);
+    }
 
     #[test]
     fn active_memory_keeps_the_first_last_and_largest_readings() {
