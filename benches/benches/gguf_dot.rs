@@ -1,9 +1,10 @@
 //! Our CPU kernels over GGUF blocks as stored (`gemma::weights::gguf::rows_times`),
 //! one row of activations (a decode step) against the default model's own
 //! matrices: the tied embedding (the logits' product, most of the file's
-//! bytes) and layer 0's projections, with float32 and 8-bit activations,
-//! and with 8-bit ones through the portable Rust kernels too (`int8-rust`:
-//! what CPUs without AVX2, and types `mlx-c` has no kernel for, run).
+//! bytes) and layer 0's projections, with float32 activations and with
+//! 8-bit ones on every CPU kernel family this CPU runs (`int8-portable`,
+//! the Rust kernels: what CPUs without AVX2, and types `mlx-c` has no
+//! kernel for, run; `int8-avx2`; `int8-avx512`).
 //! A second group (`gguf_prefill`) multiplies layer 0's projections with 16
 //! and 256 rows of activations (a short prompt, a prompt chunk), our kernel
 //! against MLX's float32 matmul over the matrix dequantized for the product;
@@ -17,7 +18,8 @@ use std::time::Duration;
 use benches::or_exit;
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
 use gemma::gguf_linear::GgufMatrix;
-use gemma::weights::gguf::{can_multiply, rows_times_with, Activations, GgufFile, Kernels};
+use gemma::weights::gguf::{can_multiply, rows_times, Arithmetic, GgufFile};
+use mlx_core::block_dot::CpuKernels;
 use mlx_core::{Array, Dtype};
 
 /// The tensors measured: the embedding and layer 0's projections.
@@ -33,6 +35,13 @@ fn main() {
         return;
     }
     let file = or_exit(GgufFile::open(&path));
+    let families = or_exit(CpuKernels::supported());
+    let mut arithmetics = vec![("f32".to_string(), Arithmetic::f32())];
+    arithmetics.extend(
+        families
+            .iter()
+            .map(|&f| (format!("int8-{f}"), Arithmetic::int8(f))),
+    );
     let mut c = Criterion::default()
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2))
@@ -51,32 +60,18 @@ fn main() {
             .collect();
         let mut out = vec![0f32; rows];
         group.throughput(Throughput::Bytes(w.len() as u64));
-        for (label, activations, kernels) in [
-            ("f32", Activations::F32, Kernels::Fastest),
-            ("int8", Activations::Int8, Kernels::Fastest),
-            ("int8-rust", Activations::Int8, Kernels::Portable),
-        ] {
+        for (label, arithmetic) in &arithmetics {
             let id = BenchmarkId::new(
                 format!("{}/{}", info.name, label),
                 format!("{}_{rows}x{cols}", info.dtype),
             );
             group.bench_function(id, |b| {
-                b.iter(|| {
-                    or_exit(rows_times_with(
-                        info.dtype,
-                        w,
-                        cols,
-                        &x,
-                        &mut out,
-                        activations,
-                        kernels,
-                    ))
-                })
+                b.iter(|| or_exit(rows_times(info.dtype, w, cols, &x, &mut out, *arithmetic)))
             });
         }
     }
     group.finish();
-    prefill(&mut c, &file);
+    prefill(&mut c, &file, or_exit(CpuKernels::best()));
     c.final_summary();
 }
 
@@ -85,10 +80,10 @@ fn main() {
 const PREFILL_ROWS: [usize; 2] = [16, 256];
 
 /// Layer 0's projections times [`PREFILL_ROWS`] rows of activations: our
-/// multi-row kernel with 8-bit activations against the other prefill path,
-/// the matrix dequantized for the product and multiplied by MLX's float32
-/// matmul (`GgufMatrix::times` with float32 activations).
-fn prefill(c: &mut Criterion, file: &GgufFile) {
+/// multi-row kernel of `family` with 8-bit activations against the other
+/// prefill path, the matrix dequantized for the product and multiplied by
+/// MLX's float32 matmul (`GgufMatrix::times` with float32 activations).
+fn prefill(c: &mut Criterion, file: &GgufFile, family: CpuKernels) {
     let mut group = c.benchmark_group("gguf_prefill");
     group.sample_size(10).sampling_mode(SamplingMode::Flat);
     for info in file.tensors() {
@@ -106,7 +101,7 @@ fn prefill(c: &mut Criterion, file: &GgufFile) {
             )),
             dtype: info.dtype,
             cols: cols as i32,
-            activations: Activations::F32,
+            arithmetic: Arithmetic::f32(),
         };
         for inputs in PREFILL_ROWS {
             let x: Vec<f32> = (0..inputs * cols)
@@ -120,16 +115,15 @@ fn prefill(c: &mut Criterion, file: &GgufFile) {
                     format!("{}_{rows}x{cols}", info.dtype),
                 )
             };
-            group.bench_function(id("int8"), |b| {
+            group.bench_function(id(&format!("int8-{family}")), |b| {
                 b.iter(|| {
-                    or_exit(rows_times_with(
+                    or_exit(rows_times(
                         info.dtype,
                         w,
                         cols,
                         &x,
                         &mut out,
-                        Activations::Int8,
-                        Kernels::Fastest,
+                        Arithmetic::int8(family),
                     ))
                 })
             });

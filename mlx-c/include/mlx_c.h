@@ -331,34 +331,53 @@ int mlx_cpu_kernel(mlx_array* out, mlx_cpu_kernel_fn fn, void* ctx,
                    void (*ctx_free)(void* ctx), const mlx_array* inputs,
                    size_t n, const int* shape, size_t ndim, mlx_dtype dtype,
                    mlx_stream s);
+/** Families of the CPU kernels below, chosen per call. */
+typedef enum {
+  /** None of these kernels: the caller's portable path runs. */
+  MLX_CPU_KERNELS_PORTABLE = 0,
+  /** x86-64 with AVX2, FMA and F16C: 256-bit kernels. */
+  MLX_CPU_KERNELS_AVX2 = 1,
+  /** AVX2 plus AVX-512 F, BW, VL, DQ and VNNI: 512-bit kernels where a
+   * format has one (Q4_0, Q5_0, Q8_0, Q4_K, Q6_K, one row of activations),
+   * the 256-bit ones elsewhere. */
+  MLX_CPU_KERNELS_AVX512 = 2,
+} mlx_cpu_kernels;
+/** Whether this CPU runs the kernels of `family` (always, for
+ * `MLX_CPU_KERNELS_PORTABLE`). The calls below fail for a family it does
+ * not run. */
+int mlx_cpu_kernels_supported(bool* out, mlx_cpu_kernels family);
 /** Whether `mlx_block_rows_dot` has a kernel for ggml block type `ggml_type`
- * on this CPU (x86-64 with AVX2, FMA and F16C; types Q4_0, Q5_0, Q8_0, Q4_K,
- * Q5_K and Q6_K). */
-int mlx_block_rows_dot_available(bool* out, uint32_t ggml_type);
+ * in `family` (an x86 family: types Q4_0, Q5_0, Q8_0, Q4_K, Q5_K and
+ * Q6_K). */
+int mlx_block_rows_dot_available(bool* out, mlx_cpu_kernels family,
+                                 uint32_t ggml_type);
 /** `out[m · rows + r] = Σ_j w[r, j] · x[m, j]` for `rows` rows of `cols`
  * values of ggml type `ggml_type`, stored one after another as whole blocks
  * (`row_bytes` bytes a row), against each of `n` rows of activations
  * quantized to 8 bits per 16 values: `x[m, j] ≈ x_scales[m · cols / 16 + j /
  * 16] · x[m · cols + j]` with the integers in [-127, 127], and `x_sums` each
- * group's sum of its approximations. Several rows decode each tile of
- * weights once for all of them. Fails for a type without a kernel on this
- * CPU or a row size that does not match the type. */
-int mlx_block_rows_dot(float* out, uint32_t ggml_type, const uint8_t* w,
-                       size_t rows, size_t row_bytes, size_t cols, size_t n,
-                       const int8_t* x, const float* x_scales,
-                       const float* x_sums);
+ * group's sum of its approximations, by the kernels of `family`. Several
+ * rows decode each tile of weights once for all of them. Fails for a type
+ * without a kernel in `family`, a family this CPU lacks, or a row size that
+ * does not match the type. */
+int mlx_block_rows_dot(float* out, mlx_cpu_kernels family, uint32_t ggml_type,
+                       const uint8_t* w, size_t rows, size_t row_bytes,
+                       size_t cols, size_t n, const int8_t* x,
+                       const float* x_scales, const float* x_sums);
 /** Whether `mlx_affine_rows_dot` has a kernel for MLX's affine quantization
- * with `bits` bits in groups of `group_size` on this CPU (x86-64 with AVX2,
- * FMA and F16C; 4 or 8 bits, groups of 32, 64 or 128). */
-int mlx_affine_rows_dot_available(bool* out, int bits, int group_size);
+ * with `bits` bits in groups of `group_size` in `family` (an x86 family: 4
+ * or 8 bits, groups of 32, 64 or 128, by a 256-bit kernel in both). */
+int mlx_affine_rows_dot_available(bool* out, mlx_cpu_kernels family,
+                                  int bits, int group_size);
 /** `out[r] = Σ_j w[r, j] · x_j` for `rows` rows of `cols` values of MLX's
  * affine quantization (`w` the packed rows' bytes, `cols · bits / 8` a row;
  * `scales` and `biases` float32, `cols / group_size` a row), against 8-bit
  * activations as for `mlx_block_rows_dot`. Fails where
  * `mlx_affine_rows_dot_available` says no or `cols` is not whole groups. */
-int mlx_affine_rows_dot(float* out, int bits, int group_size, const uint8_t* w,
-                        const float* scales, const float* biases, size_t rows,
-                        size_t cols, const int8_t* x, const float* x_scales,
+int mlx_affine_rows_dot(float* out, mlx_cpu_kernels family, int bits,
+                        int group_size, const uint8_t* w, const float* scales,
+                        const float* biases, size_t rows, size_t cols,
+                        const int8_t* x, const float* x_scales,
                         const float* x_sums);
 /** alpha * (a @ b) + beta * c */
 int mlx_addmm(mlx_array* out, mlx_array c, mlx_array a, mlx_array b,

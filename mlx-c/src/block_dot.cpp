@@ -9,6 +9,13 @@
 // of each stored integer is ggml's (or MLX's):
 // crates/gemma/src/weights/gguf/blocks.rs describes the same GGUF formats
 // and its Rust kernels, the portable fallback, compute the same sums.
+//
+// The kernels come in families (`mlx_cpu_kernels`), chosen by the caller
+// for each call: `AVX2` runs the 256-bit kernels only, `AVX512` the 512-bit
+// VNNI ones where a format has one (the 256-bit ones elsewhere), `PORTABLE`
+// none of them (the caller's Rust kernels then run). A family the CPU lacks
+// is refused, never run. The integer sums are exact in every family; only
+// the order of the float additions differs between them.
 
 #include <algorithm>
 #include <cstring>
@@ -926,9 +933,9 @@ AVX512 void rows_q4_k_wide(const uint8_t* w, size_t rows, size_t row_bytes,
 using RowsKernel = void (*)(const uint8_t*, size_t, size_t, size_t,
                             const Activations&, float*);
 
-/// The 512-bit kernel for `type` on this CPU, or null.
-RowsKernel rows_kernel_wide(uint32_t type) {
-  if (!cpu_has_avx512_vnni()) {
+/// The 512-bit kernel for `type` in `family` (on this CPU), or null.
+RowsKernel rows_kernel_wide(mlx_cpu_kernels family, uint32_t type) {
+  if (family != MLX_CPU_KERNELS_AVX512 || !cpu_has_avx512_vnni()) {
     return nullptr;
   }
   switch (type) {
@@ -949,9 +956,9 @@ RowsKernel rows_kernel_wide(uint32_t type) {
 
 using RowKernel = float (*)(const uint8_t*, size_t, const Activations&);
 
-/// The kernel for `type` on this CPU, or null.
-RowKernel row_kernel(uint32_t type) {
-  if (!cpu_has_avx2()) {
+/// The 256-bit kernel for `type` in `family` (on this CPU), or null.
+RowKernel row_kernel(mlx_cpu_kernels family, uint32_t type) {
+  if (family == MLX_CPU_KERNELS_PORTABLE || !cpu_has_avx2()) {
     return nullptr;
   }
   switch (type) {
@@ -976,16 +983,53 @@ RowKernel row_kernel(uint32_t type) {
 
 using RowKernel = float (*)(const uint8_t*, size_t, const void*);
 
-RowKernel row_kernel(uint32_t) { return nullptr; }
+RowKernel row_kernel(mlx_cpu_kernels, uint32_t) { return nullptr; }
 
 bool cpu_has_avx2() { return false; }
 
+bool cpu_has_avx512_vnni() { return false; }
+
 #endif
 
-/// Whether the affine kernel takes `bits`-bit values in groups of
-/// `group_size` on this CPU.
-bool affine_kernel(int bits, int group_size) {
-  return cpu_has_avx2() && (bits == 4 || bits == 8) &&
+/// Whether this CPU runs `family`.
+bool supported(mlx_cpu_kernels family) {
+  switch (family) {
+    case MLX_CPU_KERNELS_PORTABLE:
+      return true;
+    case MLX_CPU_KERNELS_AVX2:
+      return cpu_has_avx2();
+    case MLX_CPU_KERNELS_AVX512:
+      return cpu_has_avx512_vnni();
+  }
+  return false;
+}
+
+/// `family`'s name, for messages.
+std::string family_name(mlx_cpu_kernels family) {
+  switch (family) {
+    case MLX_CPU_KERNELS_PORTABLE:
+      return "portable";
+    case MLX_CPU_KERNELS_AVX2:
+      return "avx2";
+    case MLX_CPU_KERNELS_AVX512:
+      return "avx512";
+  }
+  return "unknown (" + std::to_string(static_cast<int>(family)) + ")";
+}
+
+/// Throws unless this CPU runs `family`.
+void check_family(mlx_cpu_kernels family) {
+  if (!supported(family)) {
+    throw std::invalid_argument("the " + family_name(family) +
+                                " CPU kernels do not run on this CPU");
+  }
+}
+
+/// Whether the affine kernel of `family` takes `bits`-bit values in groups
+/// of `group_size` (the 256-bit kernel, in both x86 families).
+bool affine_kernel(mlx_cpu_kernels family, int bits, int group_size) {
+  return family != MLX_CPU_KERNELS_PORTABLE && supported(family) &&
+         cpu_has_avx2() && (bits == 4 || bits == 8) &&
          (group_size == 32 || group_size == 64 || group_size == 128);
 }
 
@@ -993,19 +1037,29 @@ bool affine_kernel(int bits, int group_size) {
 
 extern "C" {
 
-int mlx_block_rows_dot_available(bool* out, uint32_t ggml_type) {
-  return guard([&] { *need(out, "out") = row_kernel(ggml_type) != nullptr; });
+int mlx_cpu_kernels_supported(bool* out, mlx_cpu_kernels family) {
+  return guard([&] { *need(out, "out") = supported(family); });
 }
 
-int mlx_block_rows_dot(float* out, uint32_t ggml_type, const uint8_t* w,
-                       size_t rows, size_t row_bytes, size_t cols, size_t n,
-                       const int8_t* x, const float* x_scales,
-                       const float* x_sums) {
+int mlx_block_rows_dot_available(bool* out, mlx_cpu_kernels family,
+                                 uint32_t ggml_type) {
   return guard([&] {
-    const RowKernel kernel = row_kernel(ggml_type);
+    check_family(family);
+    *need(out, "out") = row_kernel(family, ggml_type) != nullptr;
+  });
+}
+
+int mlx_block_rows_dot(float* out, mlx_cpu_kernels family, uint32_t ggml_type,
+                       const uint8_t* w, size_t rows, size_t row_bytes,
+                       size_t cols, size_t n, const int8_t* x,
+                       const float* x_scales, const float* x_sums) {
+  return guard([&] {
+    check_family(family);
+    const RowKernel kernel = row_kernel(family, ggml_type);
     if (kernel == nullptr) {
       throw std::invalid_argument("no block-row kernel for ggml type " +
-                                  std::to_string(ggml_type) + " on this CPU");
+                                  std::to_string(ggml_type) + " in the " +
+                                  family_name(family) + " CPU kernels");
     }
     const BlockShape shape = block_shape(ggml_type);
     if (cols % shape.values != 0 ||
@@ -1029,7 +1083,7 @@ int mlx_block_rows_dot(float* out, uint32_t ggml_type, const uint8_t* w,
                             Activations{x, x_scales, x_sums}, out)) {
       return;
     }
-    const RowsKernel wide = rows_kernel_wide(ggml_type);
+    const RowsKernel wide = rows_kernel_wide(family, ggml_type);
     const size_t blocks = cols / shape.values;
     for (size_t m = 0; m < n; ++m) {
       const Activations acts{x + m * cols, x_scales + m * cols / 16,
@@ -1047,20 +1101,26 @@ int mlx_block_rows_dot(float* out, uint32_t ggml_type, const uint8_t* w,
   });
 }
 
-int mlx_affine_rows_dot_available(bool* out, int bits, int group_size) {
-  return guard(
-      [&] { *need(out, "out") = affine_kernel(bits, group_size); });
+int mlx_affine_rows_dot_available(bool* out, mlx_cpu_kernels family,
+                                  int bits, int group_size) {
+  return guard([&] {
+    check_family(family);
+    *need(out, "out") = affine_kernel(family, bits, group_size);
+  });
 }
 
-int mlx_affine_rows_dot(float* out, int bits, int group_size, const uint8_t* w,
-                        const float* scales, const float* biases, size_t rows,
-                        size_t cols, const int8_t* x, const float* x_scales,
+int mlx_affine_rows_dot(float* out, mlx_cpu_kernels family, int bits,
+                        int group_size, const uint8_t* w, const float* scales,
+                        const float* biases, size_t rows, size_t cols,
+                        const int8_t* x, const float* x_scales,
                         const float* x_sums) {
   return guard([&] {
-    if (!affine_kernel(bits, group_size)) {
-      throw std::invalid_argument("no affine row kernel for " +
-                                  std::to_string(bits) + " bits in groups of " +
-                                  std::to_string(group_size) + " on this CPU");
+    check_family(family);
+    if (!affine_kernel(family, bits, group_size)) {
+      throw std::invalid_argument(
+          "no affine row kernel for " + std::to_string(bits) +
+          " bits in groups of " + std::to_string(group_size) + " in the " +
+          family_name(family) + " CPU kernels");
     }
     if (cols % static_cast<size_t>(group_size) != 0) {
       throw std::invalid_argument(std::to_string(cols) +

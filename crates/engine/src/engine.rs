@@ -3,7 +3,7 @@
 
 use gemma::cache::LayerCache;
 use gemma::chat_template::ChatMessage;
-use gemma::load::LoadedModel;
+use gemma::load::{LoadedModel, WeightStorage};
 use gemma::tokenizer::Tokenizer;
 use mlx_core::device;
 use serde::Serialize;
@@ -46,6 +46,44 @@ pub struct ModelMetadata {
     pub mlx_version: String,
     /// The device computing.
     pub device: String,
+    /// How the products compute.
+    #[serde(flatten)]
+    pub products: ProductPath,
+}
+
+/// Which arithmetic computes a model's products, for every report: the same
+/// request on another machine gives the same numbers where these agree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ProductPath {
+    /// How the weights are held: `native` (GGUF blocks as stored, on our
+    /// CPU kernels) or `dequantized` (MLX's operations, the path that
+    /// matches mlx-lm).
+    pub weights: &'static str,
+    /// With native weights, how activations enter the products: `int8` or
+    /// `f32`; `null` otherwise.
+    pub activations: Option<&'static str>,
+    /// The family of our CPU kernels that computes the products
+    /// (`portable`, `avx2`, `avx512`; float32 activations always take the
+    /// portable one); `null` where none of ours does (dequantized weights).
+    pub cpu_kernels: Option<&'static str>,
+}
+
+impl ProductPath {
+    /// The path of weights held as `weights`.
+    pub fn of(weights: WeightStorage) -> ProductPath {
+        match weights {
+            WeightStorage::Dequantized => ProductPath {
+                weights: weights.name(),
+                activations: None,
+                cpu_kernels: None,
+            },
+            WeightStorage::Native(arithmetic) => ProductPath {
+                weights: weights.name(),
+                activations: Some(arithmetic.activations.name()),
+                cpu_kernels: Some(arithmetic.effective_kernels().name()),
+            },
+        }
+    }
 }
 
 /// A loaded model ready to generate.
@@ -154,6 +192,12 @@ impl Engine {
             mlx_version: device::mlx_version(),
             device: device::default_device()
                 .map_or_else(|_| "unknown".into(), |d| d.name().to_string()),
+            products: self.products(),
         }
+    }
+
+    /// How the model's products compute.
+    pub fn products(&self) -> ProductPath {
+        ProductPath::of(self.loaded.weights)
     }
 }

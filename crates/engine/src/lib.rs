@@ -11,7 +11,7 @@ pub mod metrics;
 pub mod options;
 
 pub use chat::ChatSession;
-pub use engine::{Engine, ModelMetadata};
+pub use engine::{Engine, ModelMetadata, ProductPath};
 pub use error::GenerateError;
 pub use generate::{generate, Generation, TokenEvent};
 pub use kv_spec::{KvSpec, KvSpecError};

@@ -150,8 +150,7 @@ pub enum FinishReason {
 mod tests {
     use super::*;
     use gemma::config::Gemma3Config;
-    use gemma::load::{load, LoadOptions, ModelSource, WeightStorage};
-    use gemma::weights::gguf::Activations;
+    use gemma::load::{load, Arithmetic, CpuKernels, LoadOptions, ModelSource, WeightStorage};
     use mlx_core::block_dot::affine_rows_dot_available;
     use mlx_core::Dtype;
 
@@ -173,7 +172,10 @@ mod tests {
 
     #[test]
     fn the_cpu_decodes_compiled_by_default_only_with_its_block_kernels() {
-        if default_device().unwrap() != Device::Cpu || !affine_rows_dot_available(4, 64).unwrap() {
+        let best = CpuKernels::best().unwrap();
+        if default_device().unwrap() != Device::Cpu
+            || !affine_rows_dot_available(best, 4, 64).unwrap()
+        {
             println!("SKIPPED: not the CPU, or no affine kernel on it");
             return;
         }
@@ -181,7 +183,7 @@ mod tests {
         assert_eq!(default_decode(&dense).unwrap(), DecodeMode::Eager);
         let mlx_quantized = tiny(Some((4, 64)), WeightStorage::Dequantized);
         assert_eq!(default_decode(&mlx_quantized).unwrap(), DecodeMode::Eager);
-        let ours = tiny(Some((4, 64)), WeightStorage::Native(Activations::Int8));
+        let ours = tiny(Some((4, 64)), WeightStorage::Native(Arithmetic::int8(best)));
         assert_eq!(default_decode(&ours).unwrap(), DecodeMode::Compiled);
     }
 }

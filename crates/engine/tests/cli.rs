@@ -14,14 +14,21 @@ use std::time::{Duration, Instant};
 
 use gemma::tokenizer::Tokenizer;
 use gemma::weights::gguf::GgufFile;
+use mlx_core::block_dot::CpuKernels;
 use serde_json::Value;
 
 use common::{json_of, stderr};
 
 /// Runs `gemma-mlx` with `args`, feeding `stdin` (empty when `None`).
 fn run(args: &[&str], stdin: Option<&str>) -> Output {
+    run_with(args, stdin, &[])
+}
+
+/// [`run`] with the environment variables `env` set.
+fn run_with(args: &[&str], stdin: Option<&str>, env: &[(&str, &str)]) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_gemma-mlx"))
         .args(args)
+        .envs(env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -50,9 +57,14 @@ fn ids(value: &Value) -> Vec<u32> {
 /// Runs `generate --json` and checks every field of its JSON result against
 /// the others (counts, ids, finish reason, positive speeds and memory).
 fn generate_json(args: &[&str], stdin: Option<&str>) -> Value {
+    generate_json_with(args, stdin, &[])
+}
+
+/// [`generate_json`] with the environment variables `env` set.
+fn generate_json_with(args: &[&str], stdin: Option<&str>, env: &[(&str, &str)]) -> Value {
     let mut all = vec!["generate", "--json"];
     all.extend_from_slice(args);
-    let out = run(&all, stdin);
+    let out = run_with(&all, stdin, env);
     let v = json_of(&out);
     let fields = [
         "text",
@@ -66,6 +78,9 @@ fn generate_json(args: &[&str], stdin: Option<&str>) -> Value {
         "ttft_s",
         "peak_memory_bytes",
         "decode_host",
+        "weights",
+        "activations",
+        "cpu_kernels",
     ];
     for field in fields {
         assert!(v.get(field).is_some(), "field '{field}' missing from {v}");
@@ -260,33 +275,80 @@ fn on_the_cpu_native_weights_decode_compiled_by_default_and_dequantized_ones_eag
 }
 
 #[test]
-fn turbo_caches_take_the_compiled_step_with_the_tokens_of_eager_decoding() {
-    let (prompt, _, _) = mlx_lm_reference().swap_remove(0);
-    let run = |decode: &str| {
-        generate_json(
-            &[
-                &prompt,
-                "--max-tokens",
-                "8",
-                "--decode",
-                decode,
-                "--kv",
-                "ctk=turbo4,ctv=turbo3",
-            ],
-            None,
-        )
-    };
-    let (compiled, eager) = (run("compiled"), run("eager"));
-    assert_eq!(compiled["decode"], "compiled");
-    assert_eq!(eager["decode"], "eager");
-    assert_eq!(compiled["generation_tokens"], 8);
-    assert_eq!(compiled["token_ids"], eager["token_ids"]);
+fn compiled_and_eager_decoding_give_the_same_tokens_on_every_cpu_kernel_family() {
+    // The default path (GGUF blocks as stored, 8-bit activations), where
+    // both modes run each block as our operations with the same arithmetic:
+    // the same tokens, compressed caches included (on an AVX-512 VNNI Xeon
+    // they once parted at token 13 of this prompt under q8_0/q4_0).
+    let prompt = "The history of the printing press begins";
+    for family in CpuKernels::supported().unwrap() {
+        let env = [("GEMMA_MLX_CPU_KERNELS", family.name())];
+        for kv in ["ctk=q8_0,ctv=q4_0", "ctk=turbo4,ctv=turbo3"] {
+            let run = |decode: &str| {
+                let args = [prompt, "--max-tokens", "24", "--decode", decode, "--kv", kv];
+                generate_json_with(&args, None, &env)
+            };
+            let (compiled, eager) = (run("compiled"), run("eager"));
+            for (v, decode) in [(&compiled, "compiled"), (&eager, "eager")] {
+                assert_eq!(v["decode"], decode, "{family}, {kv}");
+                assert_eq!(v["weights"], "native", "{family}, {kv}");
+                assert_eq!(v["activations"], "int8", "{family}, {kv}");
+                assert_eq!(v["cpu_kernels"], family.name(), "{family}, {kv}");
+            }
+            assert_eq!(compiled["generation_tokens"], 24, "{family}, {kv}");
+            assert_eq!(compiled["token_ids"], eager["token_ids"], "{family}, {kv}");
+        }
+    }
+}
+
+#[test]
+fn the_cpu_kernel_family_is_chosen_by_the_environment_or_named_in_an_error() {
+    // Unset or empty: the widest family this CPU runs.
+    let best = CpuKernels::best().unwrap();
+    let v = json_of(&run_with(
+        &["info", "--json"],
+        None,
+        &[("GEMMA_MLX_CPU_KERNELS", "")],
+    ));
+    assert_eq!(
+        v["cpu_kernels"],
+        best.name(),
+        "the widest family by default"
+    );
+    for family in CpuKernels::ALL {
+        let env = [("GEMMA_MLX_CPU_KERNELS", family.name())];
+        if family.is_supported().unwrap() {
+            let v = json_of(&run_with(&["info", "--json"], None, &env));
+            assert_eq!(v["cpu_kernels"], family.name());
+        } else {
+            assert_fails_with(
+                &["info", "--json"],
+                &env,
+                &[
+                    "GEMMA_MLX_CPU_KERNELS",
+                    family.name(),
+                    "do not run on this CPU",
+                ],
+            );
+        }
+    }
+    for bad in ["avx1024", "AVX2", "fastest"] {
+        assert_fails_with(
+            &["info", "--json"],
+            &[("GEMMA_MLX_CPU_KERNELS", bad)],
+            &["GEMMA_MLX_CPU_KERNELS", bad, "portable, avx2, avx512"],
+        );
+    }
 }
 
 #[test]
 fn prompt_from_stdin() {
     let (prompt, _, expected) = mlx_lm_reference().swap_remove(0);
-    let v = generate_json(&["--max-tokens", "6"], Some(&prompt));
+    // The dequantized weights: mlx-lm's path, which the ids come from.
+    let v = generate_json(
+        &["--max-tokens", "6", "--weights", "dequantized"],
+        Some(&prompt),
+    );
     assert_eq!(ids(&v["token_ids"]), expected[..6]);
     assert_eq!(v["finish_reason"], "length");
 }
@@ -317,6 +379,7 @@ fn stop_string_is_never_streamed() {
     // spans three tokens ("▁France", ".", "▁It"), so "France." must be held
     // back from the stream until it is known not to begin the stop string.
     let (prompt, _, expected) = mlx_lm_reference().swap_remove(0);
+    // The dequantized weights: mlx-lm's path, which the ids come from.
     let out = run(
         &[
             "generate",
@@ -326,6 +389,8 @@ fn stop_string_is_never_streamed() {
             "12",
             "--stop",
             "France. It",
+            "--weights",
+            "dequantized",
         ],
         None,
     );
@@ -377,11 +442,16 @@ fn info_json() {
     assert_eq!(v["mlx_version"], "0.32.4");
     assert_eq!(v["device"], "cpu");
     assert_eq!(v["dtype"], "float32");
-    // The default on the CPU: the Q4_K_M file's blocks as stored.
+    // The default on the CPU: the Q4_K_M file's blocks as stored, 8-bit
+    // activations on the kernel family the environment names (the widest
+    // this CPU runs when it names none).
     assert_eq!(
         v["quantization"],
         "GGUF blocks as stored: Q8_0, Q5_0, Q4_K, Q6_K"
     );
+    assert_eq!(v["weights"], "native");
+    assert_eq!(v["activations"], "int8");
+    assert_eq!(v["cpu_kernels"], CpuKernels::from_env().unwrap().name());
     assert_eq!(
         v["name"],
         common::default_model_path()
@@ -405,15 +475,40 @@ fn info_json() {
     // Dequantized: the same parameters, float32 each.
     let v = json_of(&run(&["info", "--json", "--weights", "dequantized"], None));
     assert_eq!(v["quantization"], "none");
+    assert_eq!(v["weights"], "dequantized");
+    assert_eq!(v["activations"], Value::Null);
+    assert_eq!(
+        v["cpu_kernels"],
+        Value::Null,
+        "no kernel of ours multiplies"
+    );
     assert_eq!(v["parameters"], 268_098_176);
     assert_eq!(v["weight_bytes"], 4 * 268_098_176u64);
+    // Float32 activations take the portable kernels, whatever the family.
+    let v = json_of(&run(&["info", "--json", "--activations", "f32"], None));
+    assert_eq!(v["activations"], "f32");
+    assert_eq!(v["cpu_kernels"], "portable");
 }
 
 /// Asserts a failed run: exit status in 1..100, `error: ` and `expect` on
 /// stderr, no panic, nothing on stdout.
 fn assert_fails(args: &[&str], stdin: Option<&str>, expect: &[&str]) -> Duration {
+    assert_fails_in(args, stdin, &[], expect)
+}
+
+/// [`assert_fails`] with the environment variables `env` set, no stdin.
+fn assert_fails_with(args: &[&str], env: &[(&str, &str)], expect: &[&str]) -> Duration {
+    assert_fails_in(args, None, env, expect)
+}
+
+fn assert_fails_in(
+    args: &[&str],
+    stdin: Option<&str>,
+    env: &[(&str, &str)],
+    expect: &[&str],
+) -> Duration {
     let start = Instant::now();
-    let out = run(args, stdin);
+    let out = run_with(args, stdin, env);
     let took = start.elapsed();
     let code = out
         .status

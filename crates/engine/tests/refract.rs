@@ -2,9 +2,11 @@
 //! `python/refract-gemma-mlx` and `gemma-mlx worker`, on the default model:
 //! `refract-gemma-mlx score` writes REFRACT's JSON and HTML reports whose KLD
 //! equals `gemma-mlx kld`'s on the same chunks and whose trajectory
-//! agreement equals `gemma-mlx trajectory`'s on the same prompts;
-//! `selftest` passes; REFRACT's own test suite passes with the backend
-//! registered. `cargo xtask setup` installs both packages into the reference
+//! agreement equals `gemma-mlx trajectory`'s on the same prompts, both
+//! sides run with the same settings (the CPU's default path: GGUF blocks as
+//! stored, 8-bit activations) on each CPU kernel family this CPU runs, and
+//! REFRACT's report names them; `selftest` passes; REFRACT's own test suite
+//! passes with the backend registered. `cargo xtask setup` installs both packages into the reference
 //! environment; `GEMMA_MLX_SKIP_PARITY=1` skips these tests with it.
 
 mod kld_cli;
@@ -12,7 +14,8 @@ mod kld_cli;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use kld_cli::{candidate, model, num, report, temp_file, CORPUS};
+use kld_cli::{candidate, model, num, report_with, temp_file, CORPUS, NATIVE};
+use mlx_core::block_dot::CpuKernels;
 use serde_json::Value;
 
 const REFERENCE: &str = "ctk=f16,ctv=f16";
@@ -41,12 +44,14 @@ fn venv_bin() -> Option<PathBuf> {
 }
 
 /// Runs a program of the reference environment with our binary as the
-/// backend's, the model in float32 as the other commands here run it.
-fn run(bin: &Path, program: &str, args: &[&str]) -> Output {
+/// backend's, its workers run with the model settings `NATIVE` on the CPU
+/// kernel family `family`, as our own commands are run here.
+fn run(bin: &Path, family: CpuKernels, program: &str, args: &[&str]) -> Output {
     let out = Command::new(bin.join(program))
         .args(args)
         .env("GEMMA_MLX_BIN", env!("CARGO_BIN_EXE_gemma-mlx"))
-        .env("GEMMA_MLX_ARGS", "--dtype float32")
+        .env("GEMMA_MLX_ARGS", NATIVE.join(" "))
+        .env("GEMMA_MLX_CPU_KERNELS", family.name())
         .env_remove("REFRACT_BACKEND")
         .output()
         .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
@@ -64,6 +69,7 @@ fn run(bin: &Path, program: &str, args: &[&str]) -> Output {
 fn bundled_prompts(bin: &Path, n: usize) -> Vec<Value> {
     let out = run(
         bin,
+        CpuKernels::Portable,
         "python",
         &[
             "-c",
@@ -83,104 +89,137 @@ fn lines(values: &[Value]) -> String {
     values.iter().map(|v| format!("{v}\n")).collect()
 }
 
-#[test]
-fn a_refract_score_equals_our_own_kld_and_trajectory() {
-    let Some(bin) = venv_bin() else { return };
-    let prompts = bundled_prompts(&bin, 4);
-    let (dir, prompts_file) = temp_file("prompts.jsonl", &lines(&prompts));
+/// REFRACT's score of `CANDIDATE` on `family`: both axes (KLD over 2
+/// chunks, trajectories of `prompts`), or the trajectories alone.
+fn score(bin: &Path, family: CpuKernels, prompts: &Path, kld: bool) -> (Value, String) {
+    let dir = tempfile::tempdir().expect("temp dir");
     let (json_out, html_out) = (
         dir.path().join("report.json"),
         dir.path().join("report.html"),
     );
     let model = model();
-    run(
-        &bin,
-        "refract-gemma-mlx",
-        &[
-            "score",
-            "--model",
-            &model,
-            "--reference",
-            REFERENCE,
-            "--candidate",
-            CANDIDATE,
-            "--corpus",
-            CORPUS,
-            "--chunks",
-            "2",
-            "--prompts",
-            &prompts_file.display().to_string(),
-            "--n-predict",
-            "32",
-            "--json-out",
-            &json_out.display().to_string(),
-            "--html-out",
-            &html_out.display().to_string(),
-            "--no-progress",
-        ],
+    let (prompts, json, html) = (
+        prompts.display().to_string(),
+        json_out.display().to_string(),
+        html_out.display().to_string(),
     );
+    let mut args = vec![
+        "score",
+        "--model",
+        &model,
+        "--reference",
+        REFERENCE,
+        "--candidate",
+        CANDIDATE,
+        "--corpus",
+        CORPUS,
+        "--chunks",
+        "2",
+        "--prompts",
+        &prompts,
+        "--n-predict",
+        "32",
+        "--json-out",
+        &json,
+        "--html-out",
+        &html,
+        "--no-progress",
+    ];
+    if !kld {
+        args.push("--skip-kld");
+    }
+    run(bin, family, "refract-gemma-mlx", &args);
     let refract: Value =
         serde_json::from_str(&std::fs::read_to_string(&json_out).expect("the JSON report"))
             .expect("JSON");
     let html = std::fs::read_to_string(&html_out).expect("the HTML report");
-    assert!(html.contains("REFRACT") && html.len() > 10_000);
-    assert_eq!(refract["environment"]["backend"], "gemma-mlx");
-    let composite = num(&refract, "composite");
-    println!(
-        "REFRACT {CANDIDATE}: composite {composite:.2}, band {}, axes {}",
-        refract["band"], refract["composite_detail"]
-    );
-    assert!((0.0..=100.0).contains(&composite));
+    (refract, html)
+}
 
-    // KLD: REFRACT's axis against our command on the same 2 × 512 chunks.
-    let kld = &refract["axes"]["kld"];
-    let ours = report(
-        "kld",
-        &[
-            "--corpus", CORPUS, "--ref", REFERENCE, "--cand", CANDIDATE, "--ctx", "512",
-            "--chunks", "2",
-        ],
-    );
-    let ours = candidate(&ours, 0);
-    let (theirs_kld, our_kld) = (num(kld, "mean_kld"), num(ours, "mean_kld"));
-    assert!(
-        ((theirs_kld - our_kld) / our_kld).abs() < 1e-6,
-        "REFRACT's KLD {theirs_kld} against ours {our_kld}"
-    );
-    assert_eq!(num(kld, "same_topp_pct"), num(ours, "same_top_percent"));
-
-    // Trajectory: REFRACT applies the chat template to each prompt.
+#[test]
+fn a_refract_score_equals_our_own_kld_and_trajectory() {
+    let Some(bin) = venv_bin() else { return };
+    let prompts = bundled_prompts(&bin, 4);
+    let (_dir, prompts_file) = temp_file("prompts.jsonl", &lines(&prompts));
+    // REFRACT applies the chat template to each prompt; ours is told to.
     let chat: Vec<Value> = prompts
         .iter()
         .map(|p| serde_json::json!({"prompt": p["prompt"], "chat": true}))
         .collect();
     let (_chat_dir, chat_file) = temp_file("chat.jsonl", &lines(&chat));
-    let ours = report(
-        "trajectory",
-        &[
-            "--prompts",
-            &chat_file.display().to_string(),
-            "--ref",
-            REFERENCE,
-            "--cand",
-            CANDIDATE,
-            "--max-tokens",
-            "32",
-        ],
-    );
-    let our_prefixes: Vec<f64> = candidate(&ours, 0)["trajectories"]
-        .as_array()
-        .expect("trajectories")
-        .iter()
-        .map(|t| num(t, "common_prefix"))
-        .collect();
-    let their_prefixes: Vec<f64> = refract["axes"]["gtm"]["per_prompt"]
-        .as_array()
-        .expect("per-prompt trajectories")
-        .iter()
-        .map(|t| num(t, "prefix_agreement_length"))
-        .collect();
-    assert_eq!(their_prefixes, our_prefixes);
+    let best = CpuKernels::best().unwrap();
+    for family in CpuKernels::supported().unwrap() {
+        // Both axes on the widest family; the trajectories alone (the axis
+        // the kernel family moves: prompt chunks of 512 tokens take the
+        // dequantized matrices in every family) on the others.
+        let both_axes = family == best;
+        let (refract, html) = score(&bin, family, &prompts_file, both_axes);
+        assert!(html.contains("REFRACT") && html.len() > 10_000);
+        let environment = &refract["environment"];
+        assert_eq!(environment["backend"], "gemma-mlx");
+        assert_eq!(environment["weights"], "native", "{environment}");
+        assert_eq!(environment["activations"], "int8", "{environment}");
+        assert_eq!(environment["cpu_kernels"], family.name(), "{environment}");
+        let composite = num(&refract, "composite");
+        println!(
+            "REFRACT {CANDIDATE} on {family}: composite {composite:.2}, band {}, axes {}",
+            refract["band"], refract["composite_detail"]
+        );
+        assert!((0.0..=100.0).contains(&composite));
+
+        if both_axes {
+            // KLD: REFRACT's axis against our command on the same 2 × 512
+            // chunks.
+            let kld = &refract["axes"]["kld"];
+            let ours = report_with(
+                &NATIVE,
+                Some(family.name()),
+                "kld",
+                &[
+                    "--corpus", CORPUS, "--ref", REFERENCE, "--cand", CANDIDATE, "--ctx", "512",
+                    "--chunks", "2",
+                ],
+            );
+            let ours = candidate(&ours, 0);
+            let (theirs_kld, our_kld) = (num(kld, "mean_kld"), num(ours, "mean_kld"));
+            assert!(
+                ((theirs_kld - our_kld) / our_kld).abs() < 1e-6,
+                "{family}: REFRACT's KLD {theirs_kld} against ours {our_kld}"
+            );
+            assert_eq!(num(kld, "same_topp_pct"), num(ours, "same_top_percent"));
+        }
+
+        // Trajectory: REFRACT's per-prompt agreement against our command's.
+        let ours = report_with(
+            &NATIVE,
+            Some(family.name()),
+            "trajectory",
+            &[
+                "--prompts",
+                &chat_file.display().to_string(),
+                "--ref",
+                REFERENCE,
+                "--cand",
+                CANDIDATE,
+                "--max-tokens",
+                "32",
+            ],
+        );
+        let our_prefixes: Vec<f64> = candidate(&ours, 0)["trajectories"]
+            .as_array()
+            .expect("trajectories")
+            .iter()
+            .map(|t| num(t, "common_prefix"))
+            .collect();
+        let their_prefixes: Vec<f64> = refract["axes"]["gtm"]["per_prompt"]
+            .as_array()
+            .expect("per-prompt trajectories")
+            .iter()
+            .map(|t| num(t, "prefix_agreement_length"))
+            .collect();
+        println!("{family}: per-prompt agreement {our_prefixes:?}");
+        assert_eq!(their_prefixes, our_prefixes, "{family}");
+    }
 }
 
 #[test]
@@ -188,6 +227,7 @@ fn refract_selftest_passes_with_gemma_mlx() {
     let Some(bin) = venv_bin() else { return };
     let out = run(
         &bin,
+        CpuKernels::best().unwrap(),
         "refract-gemma-mlx",
         &["selftest", "--model", &model()],
     );
@@ -202,6 +242,7 @@ fn refracts_own_tests_pass_with_the_backend_registered() {
     let Some(bin) = venv_bin() else { return };
     let out = run(
         &bin,
+        CpuKernels::best().unwrap(),
         "python",
         &[
             "-c",

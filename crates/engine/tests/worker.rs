@@ -9,7 +9,7 @@ mod kld_cli;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
-use kld_cli::{model, report, temp_file, CORPUS};
+use kld_cli::{model, report, temp_file, CORPUS, EXACT};
 use serde_json::{json, Value};
 
 /// A running worker and its pipes.
@@ -20,17 +20,12 @@ struct Worker {
 }
 
 impl Worker {
+    /// The worker with the model settings of the one-shot commands it is
+    /// compared with ([`EXACT`], as `report` runs them).
     fn start(model: &str) -> Worker {
         let mut child = Command::new(env!("CARGO_BIN_EXE_gemma-mlx"))
-            .args([
-                "worker",
-                "--model",
-                model,
-                "--dtype",
-                "float32",
-                "--weights",
-                "dequantized",
-            ])
+            .args(["worker", "--model", model])
+            .args(EXACT)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -85,21 +80,16 @@ fn answers_equal_the_one_shot_commands() {
     let model = model();
     let mut w = Worker::start(&model);
     let prompt = "The capital of France is";
-    let cli = kld_cli::json_of(&kld_cli::gemma_mlx(&[
-        "generate",
-        prompt,
-        "--model",
-        &model,
-        "--dtype",
-        "float32",
-        "--weights",
-        "dequantized",
+    let mut args = vec!["generate", prompt, "--model", &model];
+    args.extend(EXACT);
+    args.extend([
         "--max-tokens",
         "12",
         "--kv",
         "ctk=q8_0,ctv=turbo4",
         "--json",
-    ]));
+    ]);
+    let cli = kld_cli::json_of(&kld_cli::gemma_mlx(&args));
     let ours = w.ok(json!({
         "id": 1,
         "op": "complete",

@@ -1,21 +1,29 @@
-//! A whole decoder block for one token as one CPU operation.
+//! A decoder block for one token as operations of ours on the CPU.
 //!
 //! MLX's CPU backend spends host time on every operation (building the
 //! graph, handing each operation to its stream thread), and a block decoded
 //! as MLX operations is about 35 of them: with the projections already on
 //! our kernels, that overhead was more than half of a token of the default
-//! model (docs/performance.md). This operation runs what the eager pass
-//! runs — the input norm, Q/K/V, the q/k norms and RoPE, the cache write,
-//! attention, the output projection, the residual norms and the gated MLP —
-//! as one kernel on rayon's pool, its projections on our block kernels
-//! ([`crate::weights::gguf::rows_times`], [`crate::affine_linear`]), and
-//! writes the token's key and value into the step's float32 buffers in
-//! place. It computes in float32 as the eager pass does on the CPU; only the
-//! order of additions differs.
+//! model (docs/performance.md). Here the block runs in three parts, each
+//! one CPU operation of ours on rayon's pool, its projections on our block
+//! kernels ([`crate::weights::gguf::rows_times`], [`crate::affine_linear`]):
+//! Q/K/V ([`queries_keys_values`]: the input norm, the projection, the q/k
+//! norms and RoPE), attention over float32 keys and values
+//! ([`attention`]), and the rest ([`finish`]: the output projection, the
+//! residual norms and the gated MLP). Between them the caller stores the
+//! new key and value in the cache, in its format, and decodes what
+//! attention reads. Where the stores are float32 buffers of a compiled
+//! step, [`decode_layer_cpu`] runs the three parts and the store as one
+//! operation, writing the key and value in place.
+//!
+//! Both ways compute the same thing in the same order, so the eager pass
+//! and the compiled step give the same bits. They compute in float32 as the
+//! eager MLX operations do on the CPU; only the order of additions differs
+//! from those.
 
 use std::sync::Arc;
 
-use mlx_core::cpu_kernel::{cpu_kernel_in_place, CpuKernelInPlaceFn};
+use mlx_core::cpu_kernel::{cpu_kernel, cpu_kernel_in_place, CpuKernelFn, CpuKernelInPlaceFn};
 use mlx_core::{Array, Dtype};
 
 use crate::cache::KvStore;
@@ -25,14 +33,14 @@ use crate::cpu_projection::{floats, Projection};
 use crate::kernels::{LayerGeometry, LayerKv};
 use crate::model::Layer;
 
-/// Inputs before the projections' arrays: the token's hidden state, the six
-/// norms' weights and the three positions.
-const LEADING_INPUTS: usize = 10;
-
-/// Whether every projection of `layer` is on our CPU kernels, so that
-/// [`decode_layer_cpu`] takes the block (given float32 stores).
+/// Whether every projection of `layer` is on our CPU kernels and its norms
+/// are float32, so that the block runs as operations of ours.
 pub(crate) fn runs(layer: &Layer) -> mlx_core::Result<bool> {
-    Ok(projections(layer, &mut Vec::new())?.is_some())
+    Ok(norms_are_float32(layer) && projections(layer, &mut Vec::new())?.is_some())
+}
+
+fn norms_are_float32(layer: &Layer) -> bool {
+    layer.norms().iter().all(|n| n.dtype() == Dtype::Float32)
 }
 
 /// The block's Q/K/V, output, gate/up and down projections, pushing the
@@ -43,12 +51,7 @@ fn projections<'a>(
     arrays: &mut Vec<&'a Array>,
 ) -> mlx_core::Result<Option<[Projection; 4]>> {
     let mut out = Vec::with_capacity(4);
-    for linear in [
-        &layer.qkv_proj,
-        &layer.o_proj,
-        &layer.gate_up_proj,
-        &layer.down_proj,
-    ] {
+    for linear in layer.projections() {
         match Projection::of(linear, arrays)? {
             Some(p) => out.push(p),
             None => return Ok(None),
@@ -63,9 +66,187 @@ struct Block {
     geometry: LayerGeometry,
     hidden: usize,
     intermediate: usize,
-    capacity: usize,
     /// Q/K/V, output, gate/up and down.
     projections: [Projection; 4],
+}
+
+impl Block {
+    /// The block of `layer`, pushing the arrays its projections read onto
+    /// `arrays`; `None` where it does not suit our operations.
+    fn of<'a>(
+        layer: &'a Layer,
+        geometry: LayerGeometry,
+        arrays: &mut Vec<&'a Array>,
+    ) -> mlx_core::Result<Option<Block>> {
+        if !norms_are_float32(layer) {
+            return Ok(None);
+        }
+        let Some(projections) = projections(layer, arrays)? else {
+            return Ok(None);
+        };
+        let hidden = layer.input_norm.size();
+        let (hq, hkv, d) = (
+            geometry.heads as usize,
+            geometry.kv_heads as usize,
+            geometry.head_dim as usize,
+        );
+        let intermediate = projections[2].rows() / 2;
+        let rows_fit = projections[0].rows() == (hq + 2 * hkv) * d
+            && projections[1].rows() == hidden
+            && projections[2].rows() == 2 * intermediate
+            && projections[3].rows() == hidden;
+        Ok(rows_fit.then_some(Block {
+            geometry,
+            hidden,
+            intermediate,
+            projections,
+        }))
+    }
+
+    /// The heads' layout.
+    fn heads(&self) -> Heads {
+        Heads {
+            query: self.geometry.heads as usize,
+            kv: self.geometry.kv_heads as usize,
+            dim: self.geometry.head_dim as usize,
+        }
+    }
+
+    /// Values of Q, K and V together.
+    fn qkv_len(&self) -> usize {
+        let h = self.heads();
+        (h.query + 2 * h.kv) * h.dim
+    }
+
+    /// The token `x`'s queries, key and value, one after another: the input
+    /// norm (`norms[0]`), the Q/K/V projection over `weights`, the q and k
+    /// norms (`norms[1]`, `norms[2]`) and RoPE at `position`.
+    fn queries_keys_values(
+        &self,
+        x: &[f32],
+        norms: [&[f32]; 3],
+        position: i32,
+        weights: &[&[u8]],
+    ) -> Result<Vec<f32>, String> {
+        let g = &self.geometry;
+        let h = self.heads();
+        let [w_in, q_norm, k_norm] = norms;
+        let normed = rms_norm(x, w_in, g.eps);
+        let mut qkv = vec![0f32; self.qkv_len()];
+        self.projections[0].apply(weights, &normed, &mut qkv)?;
+        let rope = RopeTable::new(position as f32 * g.rope_scale, g.rope_base, h.dim);
+        let (q, kv) = qkv.split_at_mut(h.query * h.dim);
+        let k = &mut kv[..h.kv * h.dim];
+        for head in q.chunks_exact_mut(h.dim) {
+            rms_norm_in_place(head, q_norm, g.eps);
+            rope.apply(head);
+        }
+        for head in k.chunks_exact_mut(h.dim) {
+            rms_norm_in_place(head, k_norm, g.eps);
+            rope.apply(head);
+        }
+        Ok(qkv)
+    }
+
+    /// The block's output into `out` from its input `x` and attention's
+    /// output `attended`: the output projection, the post-attention norm and
+    /// residual, the gated MLP between its norms, and the last residual
+    /// (`norms`: post-attention, pre- and post-feedforward; `weights`: the
+    /// output, gate/up and down projections' arrays).
+    fn finish(
+        &self,
+        x: &[f32],
+        attended: &[f32],
+        norms: [&[f32]; 3],
+        weights: [&[&[u8]]; 3],
+        out: &mut [f32],
+    ) -> Result<(), String> {
+        let eps = self.geometry.eps;
+        let [w_post_attn, w_pre_ffn, w_post_ffn] = norms;
+        let [o_w, gate_up_w, down_w] = weights;
+        let mut r = vec![0f32; self.hidden];
+        self.projections[1].apply(o_w, attended, &mut r)?;
+        let h: Vec<f32> = x
+            .iter()
+            .zip(rms_norm(&r, w_post_attn, eps))
+            .map(|(a, b)| a + b)
+            .collect();
+        let normed = rms_norm(&h, w_pre_ffn, eps);
+        let mut gate_up = vec![0f32; 2 * self.intermediate];
+        self.projections[2].apply(gate_up_w, &normed, &mut gate_up)?;
+        let (gate, up) = gate_up.split_at(self.intermediate);
+        let mut gated = vec![0f32; self.intermediate];
+        gated_gelu_into(gate, up, &mut gated);
+        self.projections[3].apply(down_w, &gated, &mut r)?;
+        for ((o, a), b) in out.iter_mut().zip(&h).zip(rms_norm(&r, w_post_ffn, eps)) {
+            *o = a + b;
+        }
+        Ok(())
+    }
+
+    /// Each projection's share of `weights`, the arrays of the projections
+    /// from `first` on, one after another.
+    fn split_weights<'w, 'b>(
+        &self,
+        first: usize,
+        weights: &'w [&'b [u8]],
+    ) -> Result<Vec<&'w [&'b [u8]]>, String> {
+        let mut rest = weights;
+        let mut parts = Vec::with_capacity(self.projections.len());
+        for p in self.projections.iter().skip(first) {
+            if rest.len() < p.arrays() {
+                return Err("the block operation lacks its projections' arrays".into());
+            }
+            let (part, more) = rest.split_at(p.arrays());
+            parts.push(part);
+            rest = more;
+        }
+        Ok(parts)
+    }
+}
+
+/// The attention of one token's queries `q` (`[query · dim]`) over the
+/// first `valid` positions of float32 `keys` and `values`
+/// (`[kv, capacity, dim]`), as one output of `[query · dim]`.
+fn attention(
+    heads: Heads,
+    scale: f32,
+    q: &[f32],
+    (keys, values): (&[f32], &[f32]),
+    valid: i32,
+) -> Result<Vec<f32>, String> {
+    let row = heads.kv * heads.dim;
+    let capacity = keys.len() / row.max(1);
+    let valid = usize::try_from(valid).unwrap_or(0);
+    if q.len() != heads.query * heads.dim
+        || keys.len() != capacity * row
+        || values.len() != keys.len()
+        || valid == 0
+        || valid > capacity
+    {
+        return Err(format!(
+            "attention of {} query values over {} key and {} value values with {valid} \
+             valid positions",
+            q.len(),
+            keys.len(),
+            values.len()
+        ));
+    }
+    let mut out = vec![0f32; heads.query * heads.dim];
+    attend(q, keys, values, (capacity, valid), heads, scale, &mut out);
+    Ok(out)
+}
+
+/// Float32 values of inputs, or an error naming the first that is not.
+fn as_floats<'a, const N: usize>(
+    bytes: [&'a [u8]; N],
+    names: [&str; N],
+) -> Result<[&'a [f32]; N], String> {
+    let mut out: [&[f32]; N] = [&[]; N];
+    for ((o, b), name) in out.iter_mut().zip(bytes).zip(names) {
+        *o = floats(b).map_err(|e| format!("{name}: {e}"))?;
+    }
+    Ok(out)
 }
 
 /// The token `x` `[1, 1, H]` (float32) through block `layer` as one CPU
@@ -74,7 +255,8 @@ struct Block {
 /// evaluated, as the caches' reserved buffers are). Returns the block's
 /// output `[1, 1, H]`, or `None` when the block does not suit the operation
 /// (a projection not on our CPU kernels, compressed or non-float32 stores);
-/// the caller then runs the block as MLX operations.
+/// the caller then runs the block in parts ([`CpuBlock`]) or as MLX
+/// operations.
 pub(crate) fn decode_layer_cpu(
     x: &Array,
     layer: &Layer,
@@ -99,153 +281,250 @@ pub(crate) fn decode_layer_cpu(
     if !fits {
         return Ok(None);
     }
-    let norms = [
-        &layer.input_norm,
-        &layer.q_norm,
-        &layer.k_norm,
-        &layer.post_attention_norm,
-        &layer.pre_feedforward_norm,
-        &layer.post_feedforward_norm,
-    ];
-    if norms.iter().any(|n| n.dtype() != Dtype::Float32) {
-        return Ok(None);
-    }
     let mut read: Vec<&Array> = vec![x];
-    read.extend(norms);
+    read.extend(layer.norms());
     read.extend([kv.position, kv.write_at, kv.valid]);
-    let Some(projections) = projections(layer, &mut read)? else {
+    let leading = read.len();
+    let Some(block) = Block::of(layer, geometry, &mut read)? else {
         return Ok(None);
-    };
-    let (hq, d_us) = (geometry.heads as usize, d as usize);
-    let intermediate = projections[2].rows() / 2;
-    let rows_fit = projections[0].rows() == (hq + 2 * hkv as usize) * d_us
-        && projections[1].rows() == hidden
-        && projections[2].rows() == 2 * intermediate
-        && projections[3].rows() == hidden;
-    if !rows_fit {
-        return Ok(None);
-    }
-    let block = Block {
-        geometry,
-        hidden,
-        intermediate,
-        capacity: store_shape[2] as usize,
-        projections,
     };
     let kernel: Arc<CpuKernelInPlaceFn> = Arc::new(move |read, written, out| {
         // One task on rayon's pool for the whole block, so that its
         // projections' parallel loops start from a worker (cheap) rather
         // than from MLX's stream thread.
-        rayon::scope(|_| block.run(read, written, out))
+        rayon::scope(|_| block.run_in_place(read, leading, written, out))
     });
     let shape = x.shape();
     cpu_kernel_in_place(&read, &[keys, values], &shape, Dtype::Float32, kernel).map(Some)
 }
 
 impl Block {
-    /// The block on the operation's inputs (see [`decode_layer_cpu`]).
-    fn run(&self, read: &[&[u8]], written: &mut [&mut [u8]], out: &mut [u8]) -> Result<(), String> {
-        let g = &self.geometry;
-        let (hq, hkv, d) = (g.heads as usize, g.kv_heads as usize, g.head_dim as usize);
-        let (Some(leading), Some(weights)) =
-            (read.get(..LEADING_INPUTS), read.get(LEADING_INPUTS..))
+    /// The block on [`decode_layer_cpu`]'s inputs: `read` holds the token,
+    /// the six norms, the position, slot and valid count (`leading` inputs),
+    /// then the projections' arrays; `written` the key and value buffers.
+    fn run_in_place(
+        &self,
+        read: &[&[u8]],
+        leading: usize,
+        written: &mut [&mut [u8]],
+        out: &mut [u8],
+    ) -> Result<(), String> {
+        let h = self.heads();
+        let (Some(first), Some(weights)) = (read.get(..leading), read.get(leading..)) else {
+            return Err("the block operation lacks inputs".into());
+        };
+        let &[x, w_in, q_norm, k_norm, w_post_attn, w_pre_ffn, w_post_ffn, position, write_at, valid] =
+            first
         else {
             return Err("the block operation lacks inputs".into());
         };
-        let [x, w_in, q_norm, k_norm, w_post_attn, w_pre_ffn, w_post_ffn] =
-            [0, 1, 2, 3, 4, 5, 6].map(|i| floats(leading[i]));
-        let [x, w_in, q_norm, k_norm, w_post_attn, w_pre_ffn, w_post_ffn] = [
-            x?,
-            w_in?,
-            q_norm?,
-            k_norm?,
-            w_post_attn?,
-            w_pre_ffn?,
-            w_post_ffn?,
-        ];
-        let [position, write_at, valid] = [7, 8, 9].map(|i| scalar(leading[i]));
-        let (position, write_at, valid) = (position?, write_at?, valid?);
-        let cap = self.capacity;
-        let (Ok(at), Ok(valid)) = (usize::try_from(write_at), usize::try_from(valid)) else {
-            return Err(format!(
-                "slot {write_at} or valid count {valid} is negative"
-            ));
-        };
-        if at >= cap || valid == 0 || valid > cap {
-            return Err(format!(
-                "slot {at} and {valid} valid positions in a buffer of {cap}"
-            ));
-        }
+        let [x, w_in, q_norm, k_norm, w_post_attn, w_pre_ffn, w_post_ffn] = as_floats(
+            [x, w_in, q_norm, k_norm, w_post_attn, w_pre_ffn, w_post_ffn],
+            [
+                "the token",
+                "the input norm",
+                "the q norm",
+                "the k norm",
+                "the post-attention norm",
+                "the pre-feedforward norm",
+                "the post-feedforward norm",
+            ],
+        )?;
+        let (position, write_at, valid) = (scalar(position)?, scalar(write_at)?, scalar(valid)?);
         let [kw, vw] = written else {
             return Err("the block operation writes 2 buffers".into());
         };
         let keys: &mut [f32] = bytemuck::try_cast_slice_mut(kw).map_err(|e| e.to_string())?;
         let values: &mut [f32] = bytemuck::try_cast_slice_mut(vw).map_err(|e| e.to_string())?;
         let out: &mut [f32] = bytemuck::try_cast_slice_mut(out).map_err(|e| e.to_string())?;
-        if keys.len() != hkv * cap * d || values.len() != keys.len() || out.len() != self.hidden {
-            return Err("the block operation's buffers do not match its shapes".into());
+        let cap = keys.len() / (h.kv * h.dim).max(1);
+        let at = usize::try_from(write_at).unwrap_or(usize::MAX);
+        if at >= cap || values.len() != keys.len() || out.len() != self.hidden {
+            return Err(format!(
+                "slot {write_at} of a buffer of {cap}, or buffers that do not match the block"
+            ));
         }
-        let mut weights = weights;
-        let mut next = |p: &Projection| {
-            let (mine, rest) = weights.split_at(p.arrays().min(weights.len()));
-            weights = rest;
-            mine
+        let &[qkv_w, o_w, gate_up_w, down_w] = self.split_weights(0, weights)?.as_slice() else {
+            return Err("the block operation lacks its projections' arrays".into());
         };
-        let [qkv_w, o_w, gate_up_w, down_w] = [
-            next(&self.projections[0]),
-            next(&self.projections[1]),
-            next(&self.projections[2]),
-            next(&self.projections[3]),
-        ];
-
-        // Attention.
-        let normed = rms_norm(x, w_in, g.eps);
-        let mut qkv = vec![0f32; (hq + 2 * hkv) * d];
-        self.projections[0].apply(qkv_w, &normed, &mut qkv)?;
-        let (q, kv) = qkv.split_at_mut(hq * d);
-        let (k, v) = kv.split_at_mut(hkv * d);
-        let rope = RopeTable::new(position as f32 * g.rope_scale, g.rope_base, d);
-        for head in q.chunks_exact_mut(d) {
-            rms_norm_in_place(head, q_norm, g.eps);
-            rope.apply(head);
+        let qkv = self.queries_keys_values(x, [w_in, q_norm, k_norm], position, qkv_w)?;
+        let (q, kv) = qkv.split_at(h.query * h.dim);
+        let (k, v) = kv.split_at(h.kv * h.dim);
+        for head in 0..h.kv {
+            let slot = (head * cap + at) * h.dim;
+            keys[slot..slot + h.dim].copy_from_slice(&k[head * h.dim..(head + 1) * h.dim]);
+            values[slot..slot + h.dim].copy_from_slice(&v[head * h.dim..(head + 1) * h.dim]);
         }
-        for head in k.chunks_exact_mut(d) {
-            rms_norm_in_place(head, k_norm, g.eps);
-            rope.apply(head);
-        }
-        for h in 0..hkv {
-            let slot = (h * cap + at) * d;
-            keys[slot..slot + d].copy_from_slice(&k[h * d..(h + 1) * d]);
-            values[slot..slot + d].copy_from_slice(&v[h * d..(h + 1) * d]);
-        }
-        let mut attended = vec![0f32; hq * d];
-        let heads = Heads {
-            query: hq,
-            kv: hkv,
-            dim: d,
-        };
-        attend(q, keys, values, (cap, valid), heads, g.scale, &mut attended);
-        let mut r = vec![0f32; self.hidden];
-        self.projections[1].apply(o_w, &attended, &mut r)?;
-        let h: Vec<f32> = x
-            .iter()
-            .zip(rms_norm(&r, w_post_attn, g.eps))
-            .map(|(a, b)| a + b)
-            .collect();
-
-        // The gated MLP.
-        let normed = rms_norm(&h, w_pre_ffn, g.eps);
-        let mut gate_up = vec![0f32; 2 * self.intermediate];
-        self.projections[2].apply(gate_up_w, &normed, &mut gate_up)?;
-        let (gate, up) = gate_up.split_at(self.intermediate);
-        let mut gated = vec![0f32; self.intermediate];
-        gated_gelu_into(gate, up, &mut gated);
-        self.projections[3].apply(down_w, &gated, &mut r)?;
-        for ((o, a), b) in out.iter_mut().zip(&h).zip(rms_norm(&r, w_post_ffn, g.eps)) {
-            *o = a + b;
-        }
-        Ok(())
+        let attended = attention(h, self.geometry.scale, q, (keys, values), valid)?;
+        let norms = [w_post_attn, w_pre_ffn, w_post_ffn];
+        self.finish(x, &attended, norms, [o_w, gate_up_w, down_w], out)
     }
+}
+
+/// A block of one token as three CPU operations of ours, with the cache's
+/// store and decoding (MLX's operations) between them: see the module's
+/// documentation. The same arithmetic as [`decode_layer_cpu`].
+pub(crate) struct CpuBlock<'a> {
+    /// The block's weights.
+    pub(crate) layer: &'a Layer,
+    /// Its head layout and constants.
+    pub(crate) geometry: LayerGeometry,
+}
+
+impl<'a> CpuBlock<'a> {
+    /// The block of `layer`, or `None` where it does not suit our
+    /// operations.
+    pub(crate) fn of(layer: &'a Layer, geometry: LayerGeometry) -> mlx_core::Result<Option<Self>> {
+        Ok(Block::of(layer, geometry, &mut Vec::new())?.map(|_| CpuBlock { layer, geometry }))
+    }
+
+    /// The queries, key and value of the token `x` (`[1, 1, H]`, float32)
+    /// at RoPE position `position` (an int32 array `[1]`), one after another
+    /// along the last axis of a `[1, 1, (Hq + 2·Hkv)·D]` array.
+    pub(crate) fn queries_keys_values(
+        &self,
+        x: &Array,
+        position: &Array,
+    ) -> mlx_core::Result<Array> {
+        let layer = self.layer;
+        let mut read: Vec<&Array> =
+            vec![x, &layer.input_norm, &layer.q_norm, &layer.k_norm, position];
+        let leading = read.len();
+        let Some(block) = Block::of(layer, self.geometry, &mut read)? else {
+            return Err(unsuited());
+        };
+        // Only the Q/K/V projection's arrays are read here.
+        read.truncate(leading + block.projections[0].arrays());
+        let len = block.qkv_len() as i32;
+        let kernel: Arc<CpuKernelFn> = Arc::new(move |inputs, out| {
+            let (Some(&[x, w_in, q_norm, k_norm, position]), Some(weights)) =
+                (inputs.get(..leading), inputs.get(leading..))
+            else {
+                return Err("the Q/K/V operation lacks inputs".into());
+            };
+            let [x, w_in, q_norm, k_norm] = as_floats(
+                [x, w_in, q_norm, k_norm],
+                ["the token", "the input norm", "the q norm", "the k norm"],
+            )?;
+            let norms = [w_in, q_norm, k_norm];
+            let out: &mut [f32] = bytemuck::try_cast_slice_mut(out).map_err(|e| e.to_string())?;
+            let qkv =
+                rayon::scope(|_| block.queries_keys_values(x, norms, scalar(position)?, weights))?;
+            out.copy_from_slice(&qkv);
+            Ok(())
+        });
+        cpu_kernel(&read, &[1, 1, len], Dtype::Float32, kernel)
+    }
+
+    /// The attention of queries `q` (`[1, Hq, 1, D]` or `[1, 1, Hq·D]`,
+    /// float32) over the first `valid` positions (an int32 array `[1]`) of
+    /// float32 `keys` and `values` (`[1, Hkv, capacity, D]`), as
+    /// `[1, 1, Hq·D]`.
+    pub(crate) fn attention(
+        &self,
+        q: &Array,
+        keys: &Array,
+        values: &Array,
+        valid: &Array,
+    ) -> mlx_core::Result<Array> {
+        let g = self.geometry;
+        let heads = Heads {
+            query: g.heads as usize,
+            kv: g.kv_heads as usize,
+            dim: g.head_dim as usize,
+        };
+        let float32 = [q, keys, values]
+            .iter()
+            .all(|a| a.dtype() == Dtype::Float32);
+        let store = keys.shape();
+        if !float32
+            || store.len() != 4
+            || store[0] != 1
+            || store[1] != g.kv_heads
+            || store[3] != g.head_dim
+            || values.shape() != store
+            || q.size() != heads.query * heads.dim
+        {
+            return Err(mlx_core::Error::Host(format!(
+                "CPU attention of queries {:?} over keys {store:?} and values {:?}",
+                q.shape(),
+                values.shape()
+            )));
+        }
+        let scale = g.scale;
+        let kernel: Arc<CpuKernelFn> = Arc::new(move |inputs, out| {
+            let [q, keys, values, valid] = inputs else {
+                return Err(format!("attention takes 4 inputs, got {}", inputs.len()));
+            };
+            let [q, keys, values] =
+                as_floats([q, keys, values], ["the queries", "the keys", "the values"])?;
+            let kv = (keys, values);
+            let out: &mut [f32] = bytemuck::try_cast_slice_mut(out).map_err(|e| e.to_string())?;
+            let attended = rayon::scope(|_| attention(heads, scale, q, kv, scalar(valid)?))?;
+            out.copy_from_slice(&attended);
+            Ok(())
+        });
+        let len = (heads.query * heads.dim) as i32;
+        cpu_kernel(
+            &[q, keys, values, valid],
+            &[1, 1, len],
+            Dtype::Float32,
+            kernel,
+        )
+    }
+
+    /// The block's output `[1, 1, H]` from its input `x` and attention's
+    /// output `attended` (`[1, 1, Hq·D]`, float32).
+    pub(crate) fn finish(&self, x: &Array, attended: &Array) -> mlx_core::Result<Array> {
+        let layer = self.layer;
+        let mut read: Vec<&Array> = vec![
+            x,
+            attended,
+            &layer.post_attention_norm,
+            &layer.pre_feedforward_norm,
+            &layer.post_feedforward_norm,
+        ];
+        let leading = read.len();
+        let Some(block) = Block::of(layer, self.geometry, &mut read)? else {
+            return Err(unsuited());
+        };
+        // The Q/K/V projection's arrays are not read here.
+        let skipped = block.projections[0].arrays();
+        read.drain(leading..leading + skipped);
+        let kernel: Arc<CpuKernelFn> = Arc::new(move |inputs, out| {
+            let (Some(&[x, attended, w_post_attn, w_pre_ffn, w_post_ffn]), Some(weights)) =
+                (inputs.get(..leading), inputs.get(leading..))
+            else {
+                return Err("the block's last operation lacks inputs".into());
+            };
+            let [x, attended, w_post_attn, w_pre_ffn, w_post_ffn] = as_floats(
+                [x, attended, w_post_attn, w_pre_ffn, w_post_ffn],
+                [
+                    "the token",
+                    "attention's output",
+                    "the post-attention norm",
+                    "the pre-feedforward norm",
+                    "the post-feedforward norm",
+                ],
+            )?;
+            let norms = [w_post_attn, w_pre_ffn, w_post_ffn];
+            let out: &mut [f32] = bytemuck::try_cast_slice_mut(out).map_err(|e| e.to_string())?;
+            if x.len() != block.hidden || out.len() != block.hidden {
+                return Err("the block's last operation: sizes do not match".into());
+            }
+            let &[o_w, gate_up_w, down_w] = block.split_weights(1, weights)?.as_slice() else {
+                return Err("the block's last operation lacks its projections' arrays".into());
+            };
+            rayon::scope(|_| block.finish(x, attended, norms, [o_w, gate_up_w, down_w], out))
+        });
+        let shape = x.shape();
+        cpu_kernel(&read, &shape, Dtype::Float32, kernel)
+    }
+}
+
+/// The error of a block asked of our operations that does not suit them.
+fn unsuited() -> mlx_core::Error {
+    mlx_core::Error::Host("the block's projections are not all on our CPU kernels".into())
 }
 
 /// The one int32 value of an input's bytes.
@@ -310,8 +589,8 @@ mod tests {
     use crate::linear::Linear;
     use crate::load::{load, LoadOptions, ModelSource, WeightStorage};
     use crate::model::Gemma3;
-    use crate::weights::gguf::Activations;
-    use mlx_core::block_dot::affine_rows_dot_available;
+    use crate::weights::gguf::Arithmetic;
+    use mlx_core::block_dot::{affine_rows_dot_available, CpuKernels};
     use mlx_core::{quantize, zeros};
 
     /// A one-block random model with 4-bit affine weights on our kernel.
@@ -323,7 +602,7 @@ mod tests {
         let options = LoadOptions {
             dtype: Dtype::Float32,
             quantize: Some((4, 64)),
-            weights: WeightStorage::Native(Activations::Int8),
+            weights: WeightStorage::Native(Arithmetic::int8(CpuKernels::best().unwrap())),
         };
         let source = ModelSource::Random {
             config: Box::new(c),
@@ -334,7 +613,7 @@ mod tests {
 
     #[test]
     fn the_block_writes_its_key_and_value_at_the_slot_in_place() {
-        if !affine_rows_dot_available(4, 64).unwrap() {
+        if !affine_rows_dot_available(CpuKernels::best().unwrap(), 4, 64).unwrap() {
             println!("SKIPPED: no affine kernel on this CPU");
             return;
         }

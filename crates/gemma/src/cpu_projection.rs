@@ -7,7 +7,8 @@
 //! runs through its own product.
 
 use mlx_core::block_dot::{
-    affine_rows_dot, block_rows_dot, block_rows_dot_available, AffineRows, Int8Activations,
+    affine_rows_dot, block_rows_dot, block_rows_dot_available, AffineRows, CpuKernels,
+    Int8Activations,
 };
 use mlx_core::Array;
 use rayon::prelude::*;
@@ -15,7 +16,7 @@ use rayon::prelude::*;
 use crate::affine_linear;
 use crate::linear::Linear;
 use crate::weights::gguf::MIN_BYTES_PER_TASK;
-use crate::weights::gguf::{can_multiply, rows_times, Activations, GgufDtype, Int8Row};
+use crate::weights::gguf::{can_multiply, rows_times, Activations, Arithmetic, GgufDtype, Int8Row};
 
 /// One piece of a projection, some of its output rows in one format.
 #[derive(Debug, Clone, Copy)]
@@ -25,17 +26,18 @@ enum Piece {
         dtype: GgufDtype,
         rows: usize,
         cols: usize,
-        activations: Activations,
-        /// Whether `mlx-c` has a kernel for the type with 8-bit activations
-        /// on this CPU and the activations are 8-bit.
+        arithmetic: Arithmetic,
+        /// Whether `mlx-c` has a kernel for the type in the family asked for
+        /// and the activations are 8-bit.
         native: bool,
     },
     /// MLX affine groups (packed values, scales and biases), always with
-    /// 8-bit activations on `mlx-c`'s kernel.
+    /// 8-bit activations on `mlx-c`'s kernel of `kernels`.
     Affine {
         rows: usize,
         bits: i32,
         group_size: i32,
+        kernels: CpuKernels,
     },
 }
 
@@ -77,12 +79,14 @@ type PieceIo<'b, 'o> = (Piece, &'b [&'b [u8]], &'o mut [f32]);
 /// Some rows of one piece for one task.
 enum Task<'a> {
     Blocks {
+        kernels: CpuKernels,
         type_id: u32,
         w: &'a [u8],
         row_bytes: usize,
         out: &'a mut [f32],
     },
     Affine {
+        kernels: CpuKernels,
         rows: AffineRows<'a>,
         out: &'a mut [f32],
     },
@@ -92,12 +96,13 @@ impl Task<'_> {
     fn run(self, x: Int8Activations<'_>) -> mlx_core::Result<()> {
         match self {
             Task::Blocks {
+                kernels,
                 type_id,
                 w,
                 row_bytes,
                 out,
-            } => block_rows_dot(type_id, w, row_bytes, x, out),
-            Task::Affine { rows, out } => affine_rows_dot(rows, x, out),
+            } => block_rows_dot(kernels, type_id, w, row_bytes, x, out),
+            Task::Affine { kernels, rows, out } => affine_rows_dot(kernels, rows, x, out),
         }
     }
 }
@@ -124,21 +129,23 @@ impl Projection {
     ) -> mlx_core::Result<bool> {
         match linear {
             Linear::Gguf(g) if can_multiply(g.dtype) => {
+                let arithmetic = g.arithmetic;
                 pieces.push(Piece::Gguf {
                     dtype: g.dtype,
                     rows: g.rows()? as usize,
                     cols: g.cols as usize,
-                    activations: g.activations,
-                    native: g.activations == Activations::Int8
-                        && block_rows_dot_available(g.dtype.id())?,
+                    arithmetic,
+                    native: arithmetic.activations == Activations::Int8
+                        && block_rows_dot_available(arithmetic.kernels, g.dtype.id())?,
                 });
                 arrays.push(&g.bytes);
             }
-            Linear::QuantizedCpu(q) if affine_linear::takes(q)? => {
+            Linear::QuantizedCpu(q, kernels) if affine_linear::takes(q, *kernels)? => {
                 pieces.push(Piece::Affine {
                     rows: q.packed.dim(0)? as usize,
                     bits: q.bits,
                     group_size: q.group_size,
+                    kernels: *kernels,
                 });
                 arrays.extend([&q.packed, &q.scales, &q.biases]);
             }
@@ -194,17 +201,20 @@ impl Projection {
                     Piece::Gguf {
                         dtype,
                         cols,
-                        activations,
+                        arithmetic,
                         ..
                     },
                     [w],
-                ) => rows_times(dtype, w, cols, x, y, activations).map_err(|e| e.to_string())?,
+                ) => rows_times(dtype, w, cols, x, y, arithmetic).map_err(|e| e.to_string())?,
                 (
                     Piece::Affine {
-                        bits, group_size, ..
+                        bits,
+                        group_size,
+                        kernels,
+                        ..
                     },
                     [packed, scales, biases],
-                ) => affine_rows_times(packed, scales, biases, (bits, group_size), x, y)?,
+                ) => affine_rows_times(kernels, packed, scales, biases, (bits, group_size), x, y)?,
                 _ => return Err("a projection was handed the wrong arrays".into()),
             }
         }
@@ -229,8 +239,10 @@ impl Projection {
 
 /// `y[r] = Σ_j w[r, j] · x_j` for the `y.len()` rows of MLX affine groups
 /// (`bits` and `group_size`) held as bytes (the packed values, float32
-/// scales and biases), rows in parallel, `x` entering as 8-bit activations.
+/// scales and biases), rows in parallel on the kernel of `kernels`, `x`
+/// entering as 8-bit activations.
 pub(crate) fn affine_rows_times(
+    kernels: CpuKernels,
     packed: &[u8],
     scales: &[u8],
     biases: &[u8],
@@ -242,6 +254,7 @@ pub(crate) fn affine_rows_times(
         rows: y.len(),
         bits,
         group_size,
+        kernels,
     };
     let mut tasks = Vec::new();
     push_tasks(piece, &[packed, scales, biases], y, &mut tasks)?;
@@ -258,7 +271,15 @@ fn push_tasks<'a>(
     tasks: &mut Vec<Task<'a>>,
 ) -> Result<(), String> {
     match (piece, bytes) {
-        (Piece::Gguf { dtype, cols, .. }, [w]) => {
+        (
+            Piece::Gguf {
+                dtype,
+                cols,
+                arithmetic,
+                ..
+            },
+            [w],
+        ) => {
             let row_bytes = cols / dtype.block_size().max(1) as usize * dtype.type_size() as usize;
             if w.len() != y.len() * row_bytes {
                 return Err(format!(
@@ -270,6 +291,7 @@ fn push_tasks<'a>(
             let per_task = (MIN_BYTES_PER_TASK / row_bytes.max(1)).max(1);
             for (w, out) in w.chunks(per_task * row_bytes).zip(y.chunks_mut(per_task)) {
                 tasks.push(Task::Blocks {
+                    kernels: arithmetic.kernels,
                     type_id: dtype.id(),
                     w,
                     row_bytes,
@@ -282,6 +304,7 @@ fn push_tasks<'a>(
                 rows,
                 bits,
                 group_size,
+                kernels,
             },
             [packed, scales, biases],
         ) => {
@@ -302,7 +325,7 @@ fn push_tasks<'a>(
                     bits,
                     group_size,
                 };
-                tasks.push(Task::Affine { rows, out });
+                tasks.push(Task::Affine { kernels, rows, out });
             }
         }
         _ => return Err("a projection was handed the wrong arrays".into()),

@@ -2,19 +2,19 @@
 //! of activations (decoding) is multiplied by our kernel over the blocks
 //! ([`crate::weights::gguf::rows_times`]), and so are fewer than
 //! [`MIN_INPUTS_FOR_MATMUL`] rows (a short prompt) where the activations
-//! enter as 8-bit integers and `mlx-c` has a kernel for the type (decoding
-//! each tile of weights once for all the rows); longer prompts go through
+//! enter as 8-bit integers (`mlx-c`'s kernels decoding each tile of weights
+//! once for all the rows where the family has one for the type, the Rust
+//! kernels otherwise); longer prompts go through
 //! MLX's matmul over the matrix dequantized for that product. Embedding
 //! rows are dequantized as gathered.
 
 use std::sync::Arc;
 
-use mlx_core::block_dot::block_rows_dot_available;
 use mlx_core::cpu_kernel::{cpu_kernel, CpuKernelFn};
 use mlx_core::{Array, Dtype};
 
 use crate::cpu_projection::floats;
-use crate::weights::gguf::{dequantize_into, rows_times, Activations, GgufDtype};
+use crate::weights::gguf::{dequantize_into, rows_times, Activations, Arithmetic, GgufDtype};
 
 /// Rows of activations from which a product goes through MLX's float32
 /// matmul over the dequantized matrix rather than through our integer
@@ -35,8 +35,9 @@ pub struct GgufMatrix {
     pub dtype: GgufDtype,
     /// Values per row.
     pub cols: i32,
-    /// How activations enter a product with one row of activations.
-    pub activations: Activations,
+    /// How a product with one row of activations computes (how the
+    /// activations enter, the CPU kernel family).
+    pub arithmetic: Arithmetic,
 }
 
 impl GgufMatrix {
@@ -56,9 +57,13 @@ impl GgufMatrix {
             )));
         }
         let inputs = x.size() / cols.max(1) as usize;
-        let integer_kernel = inputs < MIN_INPUTS_FOR_MATMUL
-            && self.activations == Activations::Int8
-            && block_rows_dot_available(self.dtype.id())?;
+        let arithmetic = self.arithmetic;
+        // Short prompts enter as 8-bit activations in every kernel family
+        // (the portable one, and types `mlx-c` has no kernel for, on the
+        // Rust kernels), so that the families differ only in the order of
+        // their float additions.
+        let integer_kernel =
+            inputs < MIN_INPUTS_FOR_MATMUL && arithmetic.activations == Activations::Int8;
         if inputs != 1 && !integer_kernel {
             let x = if x.dtype() == Dtype::Float32 {
                 x.clone()
@@ -67,9 +72,9 @@ impl GgufMatrix {
             };
             return x.linear(&self.dequantized()?);
         }
-        let (dtype, activations) = (self.dtype, self.activations);
+        let dtype = self.dtype;
         rows_product(&[&self.bytes], x, self.rows()?, move |w, x, y| {
-            rows_times(dtype, w[0], cols as usize, x, y, activations).map_err(|e| e.to_string())
+            rows_times(dtype, w[0], cols as usize, x, y, arithmetic).map_err(|e| e.to_string())
         })
     }
 
@@ -90,7 +95,7 @@ impl GgufMatrix {
             bytes: self.bytes.slice(&[start, 0], &[end, width], &[1, 1])?,
             dtype: self.dtype,
             cols: self.cols,
-            activations: self.activations,
+            arithmetic: self.arithmetic,
         })
     }
 }

@@ -1,6 +1,7 @@
 //! Projection matrices — dense, MLX-quantized or GGUF blocks as stored —
 //! and the embedding table.
 
+use mlx_core::block_dot::CpuKernels;
 use mlx_core::{concatenate, Array, QuantizedArray};
 
 use crate::affine_linear;
@@ -16,9 +17,10 @@ pub enum Linear {
     /// MLX affine-quantized weights, multiplied without dequantizing.
     Quantized(QuantizedArray),
     /// MLX affine-quantized weights whose products run on the CPU through
-    /// [`crate::affine_linear`]: one row by our kernel with 8-bit
-    /// activations, several by a matmul over the dequantized matrix.
-    QuantizedCpu(QuantizedArray),
+    /// [`crate::affine_linear`]: one row by our kernel of the family given
+    /// with 8-bit activations, several by a matmul over the dequantized
+    /// matrix.
+    QuantizedCpu(QuantizedArray, CpuKernels),
     /// GGUF blocks as stored (the CPU), multiplied by our kernel.
     Gguf(GgufMatrix),
     /// Projections stacked along the output rows that cannot share one
@@ -38,7 +40,7 @@ impl Linear {
         match self {
             Linear::Dense(w) => linear_row(x, w, gpu_kernels),
             Linear::Quantized(q) => q.matmul(x, true),
-            Linear::QuantizedCpu(q) => affine_linear::times(q, x),
+            Linear::QuantizedCpu(q, kernels) => affine_linear::times(q, *kernels, x),
             Linear::Gguf(g) => g.times(x),
             Linear::Parts(parts) => {
                 let outs = parts
@@ -90,7 +92,7 @@ impl Linear {
     pub fn out_rows(&self) -> mlx_core::Result<i32> {
         match self {
             Linear::Dense(w) => w.dim(0),
-            Linear::Quantized(q) | Linear::QuantizedCpu(q) => q.packed.dim(0),
+            Linear::Quantized(q) | Linear::QuantizedCpu(q, _) => q.packed.dim(0),
             Linear::Gguf(g) => g.rows(),
             Linear::Parts(parts) => parts.iter().map(Linear::out_rows).sum(),
         }
@@ -114,7 +116,7 @@ impl Linear {
         Ok(match self {
             Linear::Dense(w) => Linear::Dense(rows(w)?),
             Linear::Quantized(q) => Linear::Quantized(quantized_rows(q)?),
-            Linear::QuantizedCpu(q) => Linear::QuantizedCpu(quantized_rows(q)?),
+            Linear::QuantizedCpu(q, kernels) => Linear::QuantizedCpu(quantized_rows(q)?, *kernels),
             Linear::Gguf(g) => Linear::Gguf(g.row_range(start, end)?),
             Linear::Parts(parts) => {
                 // The range lies within one part (the callers ask for whole
@@ -138,7 +140,7 @@ impl Linear {
     pub fn rows(&self, indices: &Array) -> mlx_core::Result<Array> {
         match self {
             Linear::Dense(w) => w.take(indices, 0),
-            Linear::Quantized(q) | Linear::QuantizedCpu(q) => QuantizedArray {
+            Linear::Quantized(q) | Linear::QuantizedCpu(q, _) => QuantizedArray {
                 packed: q.packed.take(indices, 0)?,
                 scales: q.scales.take(indices, 0)?,
                 biases: q.biases.take(indices, 0)?,
@@ -157,7 +159,7 @@ impl Linear {
     pub fn nbytes(&self) -> usize {
         match self {
             Linear::Dense(w) => w.nbytes(),
-            Linear::Quantized(q) | Linear::QuantizedCpu(q) => q.nbytes(),
+            Linear::Quantized(q) | Linear::QuantizedCpu(q, _) => q.nbytes(),
             Linear::Gguf(g) => g.bytes.nbytes(),
             Linear::Parts(parts) => parts.iter().map(Linear::nbytes).sum(),
         }
@@ -167,7 +169,9 @@ impl Linear {
     pub fn arrays(&self) -> Vec<&Array> {
         match self {
             Linear::Dense(w) => vec![w],
-            Linear::Quantized(q) | Linear::QuantizedCpu(q) => vec![&q.packed, &q.scales, &q.biases],
+            Linear::Quantized(q) | Linear::QuantizedCpu(q, _) => {
+                vec![&q.packed, &q.scales, &q.biases]
+            }
             Linear::Gguf(g) => vec![&g.bytes],
             Linear::Parts(parts) => parts.iter().flat_map(Linear::arrays).collect(),
         }
@@ -178,7 +182,7 @@ impl Linear {
         match self {
             Linear::Gguf(g) => vec![g.dtype],
             Linear::Parts(parts) => parts.iter().flat_map(Linear::gguf_types).collect(),
-            Linear::Dense(_) | Linear::Quantized(_) | Linear::QuantizedCpu(_) => Vec::new(),
+            Linear::Dense(_) | Linear::Quantized(_) | Linear::QuantizedCpu(..) => Vec::new(),
         }
     }
 }

@@ -12,11 +12,12 @@ use crate::config::{ConfigError, Gemma3Config};
 use crate::linear::Linear;
 use crate::model::Gemma3;
 use crate::tokenizer::{Tokenizer, TokenizerError};
-pub use crate::weights::gguf::Activations;
+pub use crate::weights::gguf::{Activations, Arithmetic};
 use crate::weights::gguf::{GgufError, GgufFile};
 use crate::weights::{
     load_gguf_tensors, load_safetensors_tensors, random_tensors, TensorMap, WeightsError,
 };
+pub use mlx_core::block_dot::CpuKernels;
 
 /// Where a model's weights come from.
 #[derive(Debug, Clone)]
@@ -63,11 +64,22 @@ pub enum WeightStorage {
     #[default]
     Dequantized,
     /// As stored, multiplied by our CPU kernels over the blocks
-    /// ([`crate::gguf_linear::GgufMatrix`]), one row of activations entering
-    /// as given; needs the CPU and float32. With 8-bit activations on the
-    /// CPU, MLX affine-quantized weights (a quantized checkpoint, or
-    /// `quantize`) also take our kernel ([`Linear::QuantizedCpu`]).
-    Native(Activations),
+    /// ([`crate::gguf_linear::GgufMatrix`]) as the arithmetic given says
+    /// (how activations enter, which kernel family); needs the CPU and
+    /// float32. With 8-bit activations on the CPU, MLX affine-quantized
+    /// weights (a quantized checkpoint, or `quantize`) also take our kernel
+    /// of that family where it has one ([`Linear::QuantizedCpu`]).
+    Native(Arithmetic),
+}
+
+impl WeightStorage {
+    /// The name `gemma-mlx` gives it: `native` or `dequantized`.
+    pub fn name(self) -> &'static str {
+        match self {
+            WeightStorage::Dequantized => "dequantized",
+            WeightStorage::Native(_) => "native",
+        }
+    }
 }
 
 /// A failure to load a model; the message names the file and the problem.
@@ -114,6 +126,9 @@ pub struct LoadedModel {
     pub name: String,
     /// Weight quantization in effect, `(bits, group_size)`, if any.
     pub weight_quantization: Option<(i32, i32)>,
+    /// How the weights are held, and for native ones how their products
+    /// compute.
+    pub weights: WeightStorage,
 }
 
 /// A checkpoint's parts before they become a model.
@@ -149,7 +164,7 @@ pub fn read_checkpoint(
             check_vocab(path, &config, &tokenizer)?;
             let chat_template = ChatTemplate::from_gguf(&file)?;
             let native = match weights {
-                WeightStorage::Native(activations) => Some(activations),
+                WeightStorage::Native(arithmetic) => Some(arithmetic),
                 WeightStorage::Dequantized => None,
             };
             let tensors = load_gguf_tensors(&file, dtype, native, progress)?;
@@ -206,7 +221,8 @@ pub fn read_checkpoint(
     })
 }
 
-/// Reads a model. `progress(done, total)` reports tensors read.
+/// Reads a model. `progress(done, total)` reports tensors read. Native
+/// weights whose kernel family this CPU does not run are an error.
 pub fn load(
     source: &ModelSource,
     options: LoadOptions,
@@ -218,7 +234,12 @@ pub fn load(
         tokenizer,
         chat_template,
         name,
-    } = read_checkpoint(source, options.dtype, options.weights, progress)?;
+    } = {
+        if let WeightStorage::Native(arithmetic) = options.weights {
+            arithmetic.kernels.require()?;
+        }
+        read_checkpoint(source, options.dtype, options.weights, progress)?
+    };
     let checkpoint_quantization = config
         .quantization
         .as_ref()
@@ -228,10 +249,10 @@ pub fn load(
     if let Some((bits, group_size)) = options.quantize {
         quantize_weights(&mut model, bits, group_size)?;
     }
-    if options.weights == WeightStorage::Native(Activations::Int8)
-        && default_device()? == Device::Cpu
-    {
-        affine_products_on_our_kernel(&mut model)?;
+    if let WeightStorage::Native(arithmetic) = options.weights {
+        if arithmetic.activations == Activations::Int8 && default_device()? == Device::Cpu {
+            affine_products_on_our_kernel(&mut model, arithmetic.kernels)?;
+        }
     }
     Ok(LoadedModel {
         model,
@@ -239,6 +260,7 @@ pub fn load(
         chat_template,
         name,
         weight_quantization: options.quantize.or(checkpoint_quantization),
+        weights: options.weights,
     })
 }
 
@@ -272,13 +294,16 @@ pub fn quantize_weights(model: &mut Gemma3, bits: i32, group_size: i32) -> Resul
 }
 
 /// Hands every MLX affine-quantized projection (and embedding) our kernel
-/// can take to it ([`Linear::QuantizedCpu`]); `load` does so for 8-bit
-/// activations on the CPU.
-pub fn affine_products_on_our_kernel(model: &mut Gemma3) -> Result<(), LoadError> {
+/// of `kernels` can take to it ([`Linear::QuantizedCpu`]); `load` does so
+/// for 8-bit activations on the CPU.
+pub fn affine_products_on_our_kernel(
+    model: &mut Gemma3,
+    kernels: CpuKernels,
+) -> Result<(), LoadError> {
     each_projection(model, |l| {
         if let Linear::Quantized(q) = l {
-            if affine_linear::takes(q)? {
-                *l = Linear::QuantizedCpu(q.clone());
+            if affine_linear::takes(q, kernels)? {
+                *l = Linear::QuantizedCpu(q.clone(), kernels);
             }
         }
         Ok(())

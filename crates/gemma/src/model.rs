@@ -18,7 +18,7 @@ use crate::cache::{
 };
 use crate::config::Gemma3Config;
 use crate::cpu_gelu;
-use crate::cpu_layer::{self, decode_layer_cpu};
+use crate::cpu_layer::{self, decode_layer_cpu, CpuBlock};
 use crate::cpu_prompt_attention::{self, RowMask};
 use crate::kernels::{
     decode_attention_stored, decode_layer, grid_barrier, qk_norm_rope, resident_blocks,
@@ -70,13 +70,24 @@ pub struct Layer {
 impl Layer {
     /// Every weight array of the block.
     pub fn arrays(&self) -> Vec<&Array> {
-        let mut out = vec![&self.input_norm, &self.q_norm, &self.k_norm];
-        out.extend([&self.post_attention_norm, &self.pre_feedforward_norm]);
-        out.push(&self.post_feedforward_norm);
+        let mut out = self.norms().to_vec();
         for p in self.projections() {
             out.extend(p.arrays());
         }
         out
+    }
+
+    /// The six norms' weights: input, q, k, post-attention, pre- and
+    /// post-feedforward.
+    pub fn norms(&self) -> [&Array; 6] {
+        [
+            &self.input_norm,
+            &self.q_norm,
+            &self.k_norm,
+            &self.post_attention_norm,
+            &self.pre_feedforward_norm,
+            &self.post_feedforward_norm,
+        ]
     }
 
     /// The four projections: Q/K/V, output, gate/up, down.
@@ -261,17 +272,51 @@ impl Gemma3 {
         })
     }
 
-    /// [`Gemma3::fused_blocks`] on the CPU: every block as one CPU operation
-    /// of ours (`cpu_layer.rs`).
-    fn cpu_blocks(&self, h: &Array, targets: &[KvTarget<'_>]) -> Result<Option<Array>, ModelError> {
-        self.kernel_blocks(h, targets, |i, layer, fixed, x| {
-            let geometry = self.layer_geometry(i);
-            Ok(decode_layer_cpu(x, layer, &fixed.layer_kv(), geometry)?)
-        })
+    /// The final normalized hidden state of one token `h` (embedded,
+    /// `[1, 1, H]`, float32) through every block as operations of ours on
+    /// the CPU (`cpu_layer.rs`), each block's key and value going to its
+    /// target in the target's format: one operation per block where the
+    /// target is a compiled step's float32 buffers, three otherwise (the
+    /// eager pass, compressed stores), with the same arithmetic, so that the
+    /// eager pass and the compiled step give the same logits. `None` where
+    /// some block does not suit them (nothing has run then: the graph is
+    /// lazy).
+    fn cpu_blocks(
+        &self,
+        h: &Array,
+        targets: &mut [KvTarget<'_>],
+    ) -> Result<Option<Array>, ModelError> {
+        let hidden = self.config.hidden_size as i32;
+        if h.shape() != [1, 1, hidden] || h.dtype() != Dtype::Float32 {
+            return Ok(None);
+        }
+        let mut blocks = Vec::with_capacity(self.layers.len());
+        for (i, layer) in self.layers.iter().enumerate() {
+            match CpuBlock::of(layer, self.layer_geometry(i))? {
+                Some(block) => blocks.push(block),
+                None => return Ok(None),
+            }
+        }
+        let mut x = h.clone();
+        for (block, target) in blocks.iter().zip(targets.iter_mut()) {
+            if let KvTarget::Fixed(fixed) = target {
+                let kv = fixed.layer_kv();
+                if let Some(out) = decode_layer_cpu(&x, block.layer, &kv, block.geometry)? {
+                    x = out;
+                    continue;
+                }
+            }
+            x = cpu_block_in_parts(block, &x, target)?;
+        }
+        Ok(Some(rms_norm(
+            &x,
+            Some(&self.norm),
+            self.config.rms_norm_eps,
+        )?))
     }
 
     /// The final normalized hidden state of one token `h` through every
-    /// block as one kernel each: `block(i, layer, target, x)` makes block
+    /// block as one GPU kernel each: `block(i, layer, target, x)` makes block
     /// `i`'s output from its input `x`, writing into the fixed-shape
     /// `target`, or says `None` where the block does not suit its kernel;
     /// then this is `None` too (nothing has run: the graph is lazy).
@@ -486,6 +531,67 @@ impl Gemma3 {
         }
         out
     }
+}
+
+/// One token `x` (`[1, 1, H]`) through `block` as three CPU operations of
+/// ours ([`CpuBlock`]): Q/K/V, then the key and value stored in `target` in
+/// its format and attention over what it returns (decoded to float32;
+/// TurboQuant in its rotated domain, the queries rotated alike and the
+/// output rotated back), then the rest of the block.
+fn cpu_block_in_parts(
+    block: &CpuBlock<'_>,
+    x: &Array,
+    target: &mut KvTarget<'_>,
+) -> Result<Array, ModelError> {
+    let g = block.geometry;
+    let (hq, hkv, d) = (g.heads, g.kv_heads, g.head_dim);
+    let position = match target {
+        KvTarget::Cache(c) => Array::from_slice(&[c.offset()], &[1])?,
+        KvTarget::Fixed(f) => f.position.clone(),
+    };
+    let qkv = block.queries_keys_values(x, &position)?;
+    let part = |start: i32, len: i32| qkv.slice(&[0, 0, start], &[1, 1, start + len], &[1, 1, 1]);
+    let heads = |a: Array| a.reshape(&[1, 1, hkv, d])?.transpose(&[0, 2, 1, 3]);
+    let q = part(0, hq * d)?;
+    let (k, v) = (
+        heads(part(hq * d, hkv * d)?)?,
+        heads(part((hq + hkv) * d, hkv * d)?)?,
+    );
+    let attend = target.update(&k, &v)?;
+    let valid = match &attend.mask {
+        KeyMask::All => Array::from_slice(&[attend.keys.positions()], &[1])?,
+        KeyMask::Leading { valid, .. } => valid.clone(),
+        KeyMask::Causal | KeyMask::Array(_) => {
+            return Err(ModelError::Input(
+                "one token's attention was handed a mask of several queries".into(),
+            ))
+        }
+    };
+    let (turbo_keys, turbo_values) = (
+        matches!(attend.keys, KvStore::Turbo(_)),
+        matches!(attend.values, KvStore::Turbo(_)),
+    );
+    let q = if turbo_keys {
+        rotate(&q.reshape(&[1, hq, d])?)?.reshape(&[1, 1, hq * d])?
+    } else {
+        q
+    };
+    let float32 = |store: &KvStore| -> Result<Array, ModelError> {
+        let a = decode_turbo(store, Dtype::Float32)?.decoded(Dtype::Float32)?;
+        Ok(if a.dtype() == Dtype::Float32 {
+            a
+        } else {
+            a.astype(Dtype::Float32)?
+        })
+    };
+    let (keys, values) = (float32(&attend.keys)?, float32(&attend.values)?);
+    let out = block.attention(&q, &keys, &values, &valid)?;
+    let out = if turbo_values {
+        unrotate(&out.reshape(&[1, hq, d])?)?.reshape(&[1, 1, hq * d])?
+    } else {
+        out
+    };
+    Ok(block.finish(x, &out)?)
 }
 
 /// Where a forward pass computes, decided once per pass.

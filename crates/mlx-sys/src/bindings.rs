@@ -575,14 +575,34 @@ unsafe extern "C" {
         s: mlx_stream,
     ) -> ::std::os::raw::c_int;
 }
+#[doc = " None of these kernels: the caller's portable path runs."]
+pub const MLX_CPU_KERNELS_PORTABLE: mlx_cpu_kernels = 0;
+#[doc = " x86-64 with AVX2, FMA and F16C: 256-bit kernels."]
+pub const MLX_CPU_KERNELS_AVX2: mlx_cpu_kernels = 1;
+#[doc = " AVX2 plus AVX-512 F, BW, VL, DQ and VNNI: 512-bit kernels where a\n format has one (Q4_0, Q5_0, Q8_0, Q4_K, Q6_K, one row of activations),\n the 256-bit ones elsewhere."]
+pub const MLX_CPU_KERNELS_AVX512: mlx_cpu_kernels = 2;
+#[doc = " Families of the CPU kernels below, chosen per call."]
+pub type mlx_cpu_kernels = ::std::os::raw::c_uint;
 unsafe extern "C" {
-    #[doc = " Whether `mlx_block_rows_dot` has a kernel for ggml block type `ggml_type`\n on this CPU (x86-64 with AVX2, FMA and F16C; types Q4_0, Q5_0, Q8_0, Q4_K,\n Q5_K and Q6_K)."]
-    pub fn mlx_block_rows_dot_available(out: *mut bool, ggml_type: u32) -> ::std::os::raw::c_int;
+    #[doc = " Whether this CPU runs the kernels of `family` (always, for\n `MLX_CPU_KERNELS_PORTABLE`). The calls below fail for a family it does\n not run."]
+    pub fn mlx_cpu_kernels_supported(
+        out: *mut bool,
+        family: mlx_cpu_kernels,
+    ) -> ::std::os::raw::c_int;
 }
 unsafe extern "C" {
-    #[doc = " `out[m · rows + r] = Σ_j w[r, j] · x[m, j]` for `rows` rows of `cols`\n values of ggml type `ggml_type`, stored one after another as whole blocks\n (`row_bytes` bytes a row), against each of `n` rows of activations\n quantized to 8 bits per 16 values: `x[m, j] ≈ x_scales[m · cols / 16 + j /\n 16] · x[m · cols + j]` with the integers in [-127, 127], and `x_sums` each\n group's sum of its approximations. Several rows decode each tile of\n weights once for all of them. Fails for a type without a kernel on this\n CPU or a row size that does not match the type."]
+    #[doc = " Whether `mlx_block_rows_dot` has a kernel for ggml block type `ggml_type`\n in `family` (an x86 family: types Q4_0, Q5_0, Q8_0, Q4_K, Q5_K and\n Q6_K)."]
+    pub fn mlx_block_rows_dot_available(
+        out: *mut bool,
+        family: mlx_cpu_kernels,
+        ggml_type: u32,
+    ) -> ::std::os::raw::c_int;
+}
+unsafe extern "C" {
+    #[doc = " `out[m · rows + r] = Σ_j w[r, j] · x[m, j]` for `rows` rows of `cols`\n values of ggml type `ggml_type`, stored one after another as whole blocks\n (`row_bytes` bytes a row), against each of `n` rows of activations\n quantized to 8 bits per 16 values: `x[m, j] ≈ x_scales[m · cols / 16 + j /\n 16] · x[m · cols + j]` with the integers in [-127, 127], and `x_sums` each\n group's sum of its approximations, by the kernels of `family`. Several\n rows decode each tile of weights once for all of them. Fails for a type\n without a kernel in `family`, a family this CPU lacks, or a row size that\n does not match the type."]
     pub fn mlx_block_rows_dot(
         out: *mut f32,
+        family: mlx_cpu_kernels,
         ggml_type: u32,
         w: *const u8,
         rows: usize,
@@ -595,9 +615,10 @@ unsafe extern "C" {
     ) -> ::std::os::raw::c_int;
 }
 unsafe extern "C" {
-    #[doc = " Whether `mlx_affine_rows_dot` has a kernel for MLX's affine quantization\n with `bits` bits in groups of `group_size` on this CPU (x86-64 with AVX2,\n FMA and F16C; 4 or 8 bits, groups of 32, 64 or 128)."]
+    #[doc = " Whether `mlx_affine_rows_dot` has a kernel for MLX's affine quantization\n with `bits` bits in groups of `group_size` in `family` (an x86 family: 4\n or 8 bits, groups of 32, 64 or 128, by a 256-bit kernel in both)."]
     pub fn mlx_affine_rows_dot_available(
         out: *mut bool,
+        family: mlx_cpu_kernels,
         bits: ::std::os::raw::c_int,
         group_size: ::std::os::raw::c_int,
     ) -> ::std::os::raw::c_int;
@@ -606,6 +627,7 @@ unsafe extern "C" {
     #[doc = " `out[r] = Σ_j w[r, j] · x_j` for `rows` rows of `cols` values of MLX's\n affine quantization (`w` the packed rows' bytes, `cols · bits / 8` a row;\n `scales` and `biases` float32, `cols / group_size` a row), against 8-bit\n activations as for `mlx_block_rows_dot`. Fails where\n `mlx_affine_rows_dot_available` says no or `cols` is not whole groups."]
     pub fn mlx_affine_rows_dot(
         out: *mut f32,
+        family: mlx_cpu_kernels,
         bits: ::std::os::raw::c_int,
         group_size: ::std::os::raw::c_int,
         w: *const u8,

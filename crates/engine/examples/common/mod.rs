@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use engine::Engine;
-use gemma::load::{load, LoadOptions, ModelSource, WeightStorage};
+use gemma::load::{load, Arithmetic, CpuKernels, LoadOptions, ModelSource, WeightStorage};
 use mlx_core::{device, Device, Dtype};
 
 /// The model `cargo xtask setup` provisions: `GEMMA_MLX_MODEL` when set,
@@ -19,8 +19,10 @@ pub fn default_model_path() -> PathBuf {
 }
 
 /// Loads the default model with `gemma-mlx`'s defaults: on the GPU when
-/// this MLX build has one (bfloat16, our GPU kernels), else on the CPU
-/// (float32).
+/// this MLX build has one (bfloat16, dequantized weights, our GPU kernels),
+/// else on the CPU (float32, the GGUF blocks as stored with 8-bit
+/// activations on the CPU kernel family `GEMMA_MLX_CPU_KERNELS` names, or
+/// the widest this CPU runs).
 pub fn load_default_engine() -> Result<Engine> {
     let path = default_model_path();
     if !path.is_file() {
@@ -39,10 +41,14 @@ pub fn load_default_engine() -> Result<Engine> {
         Device::Gpu => Dtype::Bfloat16,
         Device::Cpu => Dtype::Float32,
     };
+    let weights = match device {
+        Device::Gpu => WeightStorage::Dequantized,
+        Device::Cpu => WeightStorage::Native(Arithmetic::int8(CpuKernels::from_env()?)),
+    };
     let options = LoadOptions {
         dtype,
         quantize: None,
-        weights: WeightStorage::Dequantized,
+        weights,
     };
     let mut loaded = load(&ModelSource::Gguf(path.clone()), options, &mut |_, _| {})
         .with_context(|| format!("loading {}", path.display()))?;

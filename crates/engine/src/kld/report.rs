@@ -3,6 +3,7 @@
 
 use serde::Serialize;
 
+use crate::engine::ProductPath;
 use crate::kld::stats::{band, composite, KldStats};
 use crate::kld::sweep::ActiveMemory;
 use crate::kld::trajectory::{trajectory_score, PromptAgreement};
@@ -29,6 +30,9 @@ pub struct KldSettingsReport {
     pub device: String,
     /// The compute dtype.
     pub dtype: String,
+    /// How the products compute.
+    #[serde(flatten)]
+    pub products: ProductPath,
     /// The reference spec as typed.
     pub reference_spec: String,
     /// Its canonical form.

@@ -35,24 +35,52 @@ pub fn gemma_mlx(args: &[&str]) -> Output {
         .expect("gemma-mlx runs")
 }
 
-/// Runs `gemma-mlx SUBCOMMAND --model <default> --dtype float32 --weights
-/// dequantized --json ARGS…` (mlx-lm's float32 model, which the fixtures
-/// come from) and returns the JSON object on stdout's last line; panics
-/// with stderr on failure.
+/// mlx-lm's float32 model, term for term (the fixtures come from it): the
+/// settings of every comparison with mlx-lm.
+pub const EXACT: [&str; 4] = ["--dtype", "float32", "--weights", "dequantized"];
+
+/// The CPU's default path: the GGUF blocks as stored, 8-bit activations on
+/// the CPU kernel family the environment names (the widest by default).
+pub const NATIVE: [&str; 4] = ["--dtype", "float32", "--weights", "native"];
+
+/// Runs `gemma-mlx SUBCOMMAND --model <default> EXACT --json ARGS…` and
+/// returns the JSON object on stdout's last line; panics with stderr on
+/// failure.
 pub fn report(subcommand: &str, args: &[&str]) -> Value {
+    report_with(&EXACT, None, subcommand, args)
+}
+
+/// [`report`] with the model settings `settings` and, when given, the CPU
+/// kernel family `family` (`GEMMA_MLX_CPU_KERNELS`); the report must say it
+/// ran with them.
+pub fn report_with(
+    settings: &[&str],
+    family: Option<&str>,
+    subcommand: &str,
+    args: &[&str],
+) -> Value {
     let model = model();
-    let mut all = vec![
-        subcommand,
-        "--model",
-        &model,
-        "--dtype",
-        "float32",
-        "--weights",
-        "dequantized",
-        "--json",
-    ];
+    let mut all = vec![subcommand, "--model", &model];
+    all.extend_from_slice(settings);
+    all.push("--json");
     all.extend_from_slice(args);
-    json_of(&gemma_mlx(&all))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_gemma-mlx"));
+    command.args(&all);
+    if let Some(family) = family {
+        command.env("GEMMA_MLX_CPU_KERNELS", family);
+    }
+    let report = json_of(&command.output().expect("gemma-mlx runs"));
+    let weights = settings
+        .iter()
+        .position(|&a| a == "--weights")
+        .and_then(|i| settings.get(i + 1));
+    if let Some(weights) = weights {
+        assert_eq!(report["settings"]["weights"], *weights, "{report}");
+    }
+    if let (Some(family), Some(&"native")) = (family, weights) {
+        assert_eq!(report["settings"]["cpu_kernels"], family, "{report}");
+    }
+    report
 }
 
 /// `report["candidates"][i]`.

@@ -8,20 +8,19 @@ use std::path::Path;
 use mlx_core::device::default_device;
 use mlx_core::{Array, Device, Dtype};
 
-use super::gguf::{can_multiply, Activations, GgufFile};
+use super::gguf::{can_multiply, Arithmetic, GgufFile};
 use super::gguf_names::hf_name;
 use super::tensors::{Tensor, TensorMap, WeightsError};
 use crate::gguf_linear::GgufMatrix;
 
 /// Reads every tensor of `file` into a [`TensorMap`] with Hugging Face names,
 /// converted to `dtype`; with `native`, matrices of block-quantized types
-/// stay as stored (on the CPU, in float32 only), activations entering their
-/// products as it says. `progress(done, total)` is
-/// called after each tensor.
+/// stay as stored (on the CPU, in float32 only), their products computed as
+/// it says. `progress(done, total)` is called after each tensor.
 pub fn load_gguf_tensors(
     file: &GgufFile,
     dtype: Dtype,
-    native: Option<Activations>,
+    native: Option<Arithmetic>,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<TensorMap, WeightsError> {
     let path: &Path = file.path();
@@ -47,7 +46,7 @@ pub fn load_gguf_tensors(
             .map(|&d| i32::try_from(d))
             .collect::<Result<Vec<i32>, _>>()
             .map_err(|_| invalid(format!("tensor '{}' has a dimension too large", info.name)))?;
-        if let Some(activations) = native.filter(|_| shape.len() == 2 && can_multiply(info.dtype)) {
+        if let Some(arithmetic) = native.filter(|_| shape.len() == 2 && can_multiply(info.dtype)) {
             let len = file.tensor_bytes(info).len();
             let row_bytes = i32::try_from(len / shape[0].max(1) as usize)
                 .map_err(|_| invalid(format!("tensor '{}' has rows too large", info.name)))?;
@@ -59,7 +58,7 @@ pub fn load_gguf_tensors(
                 bytes,
                 dtype: info.dtype,
                 cols: shape[1],
-                activations,
+                arithmetic,
             };
             map.tensors.insert(name, Tensor::Gguf(matrix));
             progress(done + 1, total);

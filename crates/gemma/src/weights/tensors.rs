@@ -199,7 +199,7 @@ impl TensorMap {
                         bytes: concatenate(&bytes, 0)?,
                         dtype: f.dtype,
                         cols: f.cols,
-                        activations: f.activations,
+                        arithmetic: f.arithmetic,
                     })
                 }
                 _ => Linear::Parts(linears),

@@ -124,6 +124,9 @@ class GemmaMlxBackend(Backend):
             "mlx_version": info.get("mlx_version"),
             "device": info.get("device"),
             "dtype": info.get("dtype"),
+            "weights": info.get("weights"),
+            "activations": info.get("activations"),
+            "cpu_kernels": info.get("cpu_kernels"),
         }
 
 

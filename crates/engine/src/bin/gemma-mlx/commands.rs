@@ -4,7 +4,7 @@ use std::io::{BufRead, Write};
 
 use anyhow::{Context, Result};
 use engine::options::{default_decode, default_prefill_chunk, default_steps_per_sync};
-use engine::{ChatSession, Engine, GenerateOptions, Generation, KvSpec, TokenEvent};
+use engine::{ChatSession, Engine, GenerateOptions, Generation, KvSpec, ProductPath, TokenEvent};
 use gemma::chat_template::{ChatMessage, Role};
 use sample::SamplerConfig;
 use serde_json::json;
@@ -115,7 +115,7 @@ fn stream_to(json: bool) -> impl FnMut(&TokenEvent<'_>) {
 }
 
 /// A generation as `generate --json` prints it.
-pub(crate) fn generation_json(g: &Generation) -> serde_json::Value {
+pub(crate) fn generation_json(g: &Generation, products: ProductPath) -> serde_json::Value {
     json!({
         "text": g.text,
         "token_ids": g.token_ids,
@@ -128,6 +128,9 @@ pub(crate) fn generation_json(g: &Generation) -> serde_json::Value {
         "ttft_s": g.metrics.ttft_s,
         "peak_memory_bytes": g.metrics.peak_memory_bytes,
         "decode_host": g.metrics.decode_host,
+        "weights": products.weights,
+        "activations": products.activations,
+        "cpu_kernels": products.cpu_kernels,
     })
 }
 
@@ -158,7 +161,7 @@ fn generate(args: GenerateArgs) -> Result<()> {
     };
     if args.json {
         eprintln!();
-        print_json(&generation_json(&result))?;
+        print_json(&generation_json(&result, engine.products()))?;
     } else {
         println!();
     }
@@ -200,7 +203,7 @@ fn chat(args: ChatArgs) -> Result<()> {
         let result = session.send(&engine, &line, &mut on_text)?;
         if args.json {
             eprintln!();
-            let mut value = generation_json(&result);
+            let mut value = generation_json(&result, engine.products());
             value["cached_tokens"] = json!(session.cached_tokens());
             print_json(&value)?;
         } else {

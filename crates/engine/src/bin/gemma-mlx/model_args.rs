@@ -6,7 +6,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use engine::Engine;
 use gemma::config::Gemma3Config;
-use gemma::load::{load, Activations, LoadOptions, ModelSource, WeightStorage};
+use gemma::load::{load, Arithmetic, CpuKernels, LoadOptions, ModelSource, WeightStorage};
 use indicatif::{ProgressBar, ProgressStyle};
 use mlx_core::{device, memory, Device, Dtype};
 
@@ -43,7 +43,9 @@ pub struct ModelArgs {
     pub weights: Option<WeightsArg>,
     /// With `--weights native`, how one row of activations enters the
     /// products: `int8`, quantized to 8 bits per block as llama.cpp does (the
-    /// default), or `f32`, the exact path.
+    /// default), or `f32`, the exact path. The CPU kernel family multiplying
+    /// 8-bit activations is the widest this CPU runs, or the one
+    /// GEMMA_MLX_CPU_KERNELS names (portable, avx2, avx512).
     #[arg(long, value_enum, default_value_t = ActivationsArg::Int8)]
     pub activations: ActivationsArg,
     /// MLX memory limit, in GiB.
@@ -187,6 +189,7 @@ impl ModelArgs {
             .as_deref()
             .map(|b| (if b == "8" { 8 } else { 4 }, 64));
         let source = self.source()?;
+        let kernels = CpuKernels::from_env()?;
         let bar = progress_bar(&source, quiet);
         let mut loaded = load(
             &source,
@@ -195,8 +198,8 @@ impl ModelArgs {
                 quantize,
                 weights: match self.weights(device, dtype) {
                     WeightsArg::Native => WeightStorage::Native(match self.activations {
-                        ActivationsArg::Int8 => Activations::Int8,
-                        ActivationsArg::F32 => Activations::F32,
+                        ActivationsArg::Int8 => Arithmetic::int8(kernels),
+                        ActivationsArg::F32 => Arithmetic::f32(),
                     }),
                     WeightsArg::Dequantized => WeightStorage::Dequantized,
                 },

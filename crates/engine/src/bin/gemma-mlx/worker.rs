@@ -276,7 +276,7 @@ impl Worker {
         } else {
             engine.generate(prompt, &options, &mut quiet)?
         };
-        Ok(generation_json(&generation))
+        Ok(generation_json(&generation, engine.products()))
     }
 }
 

@@ -6,11 +6,13 @@
 //! exact path) or quantized to 8 bits per group of 16 values
 //! ([`Activations::Int8`], as llama.cpp does per block), the integers then
 //! multiplied as integers. Rows run in parallel. With 8-bit activations,
-//! `mlx-c`'s AVX2 kernels ([`mlx_core::block_dot`]) take the types they
-//! cover on CPUs that have AVX2; the Rust kernels here take the rest (an
-//! AVX2 build of their inner loop picked at run time where the CPU has it).
+//! `mlx-c`'s x86 kernels ([`mlx_core::block_dot`]) of the family the
+//! product names ([`Arithmetic::kernels`]) take the types they cover; the
+//! Rust kernels here take the rest, and every type in the portable family
+//! (an AVX2 build of their inner loop picked at run time where the CPU has
+//! it: the same sums, faster).
 
-use mlx_core::block_dot::{block_rows_dot, block_rows_dot_available, Int8Activations};
+use mlx_core::block_dot::{block_rows_dot, block_rows_dot_available, CpuKernels, Int8Activations};
 use multiversion::multiversion;
 use rayon::prelude::*;
 
@@ -41,6 +43,54 @@ pub enum Activations {
     Int8,
 }
 
+impl Activations {
+    /// The name `gemma-mlx` reports: `int8` or `f32`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Activations::F32 => "f32",
+            Activations::Int8 => "int8",
+        }
+    }
+}
+
+/// How a product with block-quantized rows computes: how its activations
+/// enter, and which family of CPU kernels multiplies 8-bit ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Arithmetic {
+    /// How activations enter.
+    pub activations: Activations,
+    /// The kernel family for 8-bit activations (float32 ones always take
+    /// the portable Rust kernels).
+    pub kernels: CpuKernels,
+}
+
+impl Arithmetic {
+    /// 8-bit activations on the kernels of `kernels`.
+    pub fn int8(kernels: CpuKernels) -> Arithmetic {
+        Arithmetic {
+            activations: Activations::Int8,
+            kernels,
+        }
+    }
+
+    /// Float32 activations: the exact path, on the portable kernels.
+    pub fn f32() -> Arithmetic {
+        Arithmetic {
+            activations: Activations::F32,
+            kernels: CpuKernels::Portable,
+        }
+    }
+
+    /// The family whose kernels compute the products: [`Arithmetic::kernels`]
+    /// for 8-bit activations, the portable one for float32.
+    pub fn effective_kernels(self) -> CpuKernels {
+        match self.activations {
+            Activations::Int8 => self.kernels,
+            Activations::F32 => CpuKernels::Portable,
+        }
+    }
+}
+
 /// Whether rows of `dtype` can be multiplied as stored.
 pub fn can_multiply(dtype: GgufDtype) -> bool {
     use GgufDtype::*;
@@ -52,39 +102,20 @@ pub fn can_multiply(dtype: GgufDtype) -> bool {
 
 /// `out[m · rows + r] = Σ_j w[r, j] · x[m · cols + j]`: every row `r` of the
 /// matrix `w` (`rows` rows of `cols` values of `dtype`, whole blocks each)
-/// against every row `m` of `x`, the activations entering as `activations`
-/// says.
+/// against every row `m` of `x`, computed as `arithmetic` says (an error
+/// for a kernel family this CPU does not run).
 pub fn rows_times(
     dtype: GgufDtype,
     w: &[u8],
     cols: usize,
     x: &[f32],
     out: &mut [f32],
-    activations: Activations,
+    arithmetic: Arithmetic,
 ) -> Result<(), DequantError> {
-    rows_times_with(dtype, w, cols, x, out, activations, Kernels::Fastest)
-}
-
-/// Which kernels a product may take.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Kernels {
-    /// `mlx-c`'s where they cover the type and CPU, else the Rust ones.
-    #[default]
-    Fastest,
-    /// The Rust ones (the portable reference for `mlx-c`'s).
-    Portable,
-}
-
-/// [`rows_times`] with the kernels `kernels` allows.
-pub fn rows_times_with(
-    dtype: GgufDtype,
-    w: &[u8],
-    cols: usize,
-    x: &[f32],
-    out: &mut [f32],
-    activations: Activations,
-    kernels: Kernels,
-) -> Result<(), DequantError> {
+    let Arithmetic {
+        activations,
+        kernels,
+    } = arithmetic;
     use GgufDtype::*;
     let block = dtype.block_size() as usize;
     let type_size = dtype.type_size() as usize;
@@ -109,11 +140,8 @@ pub fn rows_times_with(
         cols,
         activations,
     };
-    if kernels == Kernels::Fastest
-        && activations == Activations::Int8
-        && block_rows_dot_available(dtype.id())?
-    {
-        return product.run_native(dtype, out);
+    if activations == Activations::Int8 && block_rows_dot_available(kernels, dtype.id())? {
+        return product.run_native(kernels, dtype, out);
     }
     match dtype {
         Q4_0 => product.run(out, blocks::Q4_0),
@@ -235,12 +263,17 @@ impl Product<'_> {
         (MIN_BYTES_PER_TASK / self.row_bytes).max(1)
     }
 
-    /// The product with 8-bit activations by `mlx-c`'s kernel for `dtype`.
-    /// One row of `x` runs against tasks of the matrix's rows in parallel;
-    /// several rows run in tasks of rows of `x`, each quantizing its rows
-    /// and taking the whole matrix (which the kernel decodes once per tile
-    /// for all of them).
-    fn run_native(&self, dtype: GgufDtype, out: &mut [f32]) -> Result<(), DequantError> {
+    /// The product with 8-bit activations by `mlx-c`'s kernel for `dtype`
+    /// in `family`. One row of `x` runs against tasks of the matrix's rows
+    /// in parallel; several rows run in tasks of rows of `x`, each
+    /// quantizing its rows and taking the whole matrix (which the kernel
+    /// decodes once per tile for all of them).
+    fn run_native(
+        &self,
+        family: CpuKernels,
+        dtype: GgufDtype,
+        out: &mut [f32],
+    ) -> Result<(), DequantError> {
         let rows = self.w.len() / self.row_bytes;
         let inputs = self.x.len() / self.cols;
         if inputs == 1 {
@@ -250,7 +283,9 @@ impl Product<'_> {
             return Ok(out
                 .par_chunks_mut(rows_per_task)
                 .zip(self.w.par_chunks(rows_per_task * self.row_bytes))
-                .try_for_each(|(o, w)| block_rows_dot(dtype.id(), w, self.row_bytes, x, o))?);
+                .try_for_each(|(o, w)| {
+                    block_rows_dot(family, dtype.id(), w, self.row_bytes, x, o)
+                })?);
         }
         let per_task = inputs
             .div_ceil(2 * rayon::current_num_threads())
@@ -260,7 +295,8 @@ impl Product<'_> {
             .zip(self.x.par_chunks(per_task * self.cols))
             .try_for_each(|(o, xs)| {
                 let x = Int8Row::new(xs);
-                block_rows_dot(dtype.id(), self.w, self.row_bytes, x.as_activations(), o)
+                let x = x.as_activations();
+                block_rows_dot(family, dtype.id(), self.w, self.row_bytes, x, o)
             })?)
     }
 
@@ -430,12 +466,14 @@ mod tests {
         bytes
     }
 
-    /// The products of `dtype` rows with `x` as `activations`, against the
-    /// f64 sums of the dequantized rows' products: within `f32_tolerance` of
-    /// Σ |w·x| for float32 activations; for 8-bit ones, within the largest
-    /// error their rounding allows (each value off by at most half its
-    /// group's step, amax/254 over 16 values) plus the same float tolerance.
-    fn check_products(dtype: GgufDtype, activations: Activations) {
+    /// The products of `dtype` rows with `x` as `arithmetic` says, against
+    /// the f64 sums of the dequantized rows' products: within
+    /// `f32_tolerance` of Σ |w·x| for float32 activations; for 8-bit ones,
+    /// within the largest error their rounding allows (each value off by at
+    /// most half its group's step, amax/254 over 16 values) plus the same
+    /// float tolerance.
+    fn check_products(dtype: GgufDtype, arithmetic: Arithmetic) {
+        let activations = arithmetic.activations;
         let f32_tolerance = 1e-6;
         for (rows, cols, inputs) in [(37, 512, 3), (5, 256, 1)] {
             let blocks_per_row = cols / dtype.block_size() as usize;
@@ -444,7 +482,7 @@ mod tests {
                 .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
                 .collect();
             let mut ours = vec![0f32; rows * inputs];
-            rows_times(dtype, &w, cols, &x, &mut ours, activations).unwrap();
+            rows_times(dtype, &w, cols, &x, &mut ours, arithmetic).unwrap();
             let dense = dequantize(dtype, &w).unwrap();
             for m in 0..inputs {
                 for r in 0..rows {
@@ -475,7 +513,7 @@ mod tests {
                     let got = f64::from(ours[m * rows + r]);
                     assert!(
                         (got - exact).abs() <= rounding * 1.0001 + f32_tolerance * scale.max(1e-30),
-                        "{dtype} {activations:?}: row {r}, input {m}: {got} against {exact}"
+                        "{dtype} {arithmetic:?}: row {r}, input {m}: {got} against {exact}"
                     );
                 }
             }
@@ -486,15 +524,57 @@ mod tests {
     fn every_block_type_multiplies_float_activations_as_its_dequantized_rows_do() {
         use GgufDtype::*;
         for dtype in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K] {
-            check_products(dtype, Activations::F32);
+            check_products(dtype, Arithmetic::f32());
         }
     }
 
     #[test]
     fn every_block_type_multiplies_8_bit_activations_within_their_rounding() {
         use GgufDtype::*;
-        for dtype in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K] {
-            check_products(dtype, Activations::Int8);
+        for family in CpuKernels::supported().unwrap() {
+            for dtype in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K] {
+                check_products(dtype, Arithmetic::int8(family));
+            }
+        }
+    }
+
+    #[test]
+    fn each_family_has_the_kernels_it_names() {
+        use GgufDtype::*;
+        let covered = [Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K];
+        #[cfg(target_arch = "x86_64")]
+        {
+            let avx2 = std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+                && std::arch::is_x86_feature_detected!("f16c");
+            let avx512 = avx2
+                && std::arch::is_x86_feature_detected!("avx512f")
+                && std::arch::is_x86_feature_detected!("avx512bw")
+                && std::arch::is_x86_feature_detected!("avx512vl")
+                && std::arch::is_x86_feature_detected!("avx512dq")
+                && std::arch::is_x86_feature_detected!("avx512vnni");
+            assert_eq!(CpuKernels::Avx2.is_supported().unwrap(), avx2);
+            assert_eq!(CpuKernels::Avx512.is_supported().unwrap(), avx512);
+        }
+        assert!(CpuKernels::Portable.is_supported().unwrap());
+        for family in CpuKernels::supported().unwrap() {
+            for dtype in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K] {
+                let has = family != CpuKernels::Portable && covered.contains(&dtype);
+                assert_eq!(
+                    block_rows_dot_available(family, dtype.id()).unwrap(),
+                    has,
+                    "{family}, {dtype}"
+                );
+            }
+        }
+        for family in CpuKernels::ALL {
+            if !family.is_supported().unwrap() {
+                let refused = block_rows_dot_available(family, Q8_0.id()).unwrap_err();
+                assert!(
+                    refused.to_string().contains("do not run on this CPU"),
+                    "{refused}"
+                );
+            }
         }
     }
 
@@ -502,25 +582,13 @@ mod tests {
     fn mlx_c_kernels_sum_as_the_rust_kernels_do() {
         use GgufDtype::*;
         let covered = [Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K];
-        #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2")
-            && std::arch::is_x86_feature_detected!("fma")
-            && std::arch::is_x86_feature_detected!("f16c")
-        {
-            for dtype in covered {
-                assert!(block_rows_dot_available(dtype.id()).unwrap(), "{dtype}");
-            }
-        }
-        for dtype in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K] {
-            if !covered.contains(&dtype) {
-                assert!(!block_rows_dot_available(dtype.id()).unwrap(), "{dtype}");
-            }
-        }
-        // Both compute the same integer sums per group; only the order of
-        // the float additions differs. An odd number of blocks as well (the
-        // 512-bit kernels take two blocks of 32 values at a time), and from
-        // 1 to 37 rows of activations (from 4 rows a task, `mlx-c` decodes
-        // tiles of 4 weight rows and multiplies them in pairs of rows).
+        // Each family against the portable Rust kernels: the same integer
+        // sums per group, only the order of the float additions differs. An
+        // odd number of blocks as well (the 512-bit kernels take two blocks
+        // of 32 values at a time), and from 1 to 37 rows of activations
+        // (from 4 rows a task, `mlx-c` decodes tiles of 4 weight rows and
+        // multiplies them in pairs of rows).
+        let families = CpuKernels::supported().unwrap();
         let shapes = covered.iter().flat_map(|&dtype| {
             [1024, 1024 + dtype.block_size() as usize]
                 .into_iter()
@@ -532,23 +600,26 @@ mod tests {
             let x: Vec<f32> = (0..inputs * cols)
                 .map(|i| ((i * 7919) % 1013) as f32 / 500.0 - 1.0)
                 .collect();
-            let mut fastest = vec![0f32; rows * inputs];
             let mut portable = vec![0f32; rows * inputs];
-            let int8 = Activations::Int8;
-            rows_times_with(dtype, &w, cols, &x, &mut fastest, int8, Kernels::Fastest).unwrap();
-            rows_times_with(dtype, &w, cols, &x, &mut portable, int8, Kernels::Portable).unwrap();
+            let reference = Arithmetic::int8(CpuKernels::Portable);
+            rows_times(dtype, &w, cols, &x, &mut portable, reference).unwrap();
             let dense = dequantize(dtype, &w).unwrap();
-            for (i, (f, p)) in fastest.iter().zip(&portable).enumerate() {
-                let (m, r) = (i / rows, i % rows);
-                let scale: f32 = dense[r * cols..(r + 1) * cols]
-                    .iter()
-                    .zip(&x[m * cols..(m + 1) * cols])
-                    .map(|(a, b)| (a * b).abs())
-                    .sum();
-                assert!(
-                    (f - p).abs() <= 1e-5 * scale,
-                    "{dtype}, {cols} columns, {inputs} inputs: row {r}, input {m}: {f} against {p}"
-                );
+            for &family in families.iter().filter(|&&f| f != CpuKernels::Portable) {
+                let mut ours = vec![0f32; rows * inputs];
+                rows_times(dtype, &w, cols, &x, &mut ours, Arithmetic::int8(family)).unwrap();
+                for (i, (f, p)) in ours.iter().zip(&portable).enumerate() {
+                    let (m, r) = (i / rows, i % rows);
+                    let scale: f32 = dense[r * cols..(r + 1) * cols]
+                        .iter()
+                        .zip(&x[m * cols..(m + 1) * cols])
+                        .map(|(a, b)| (a * b).abs())
+                        .sum();
+                    assert!(
+                        (f - p).abs() <= 1e-5 * scale,
+                        "{family}, {dtype}, {cols} columns, {inputs} inputs: row {r}, \
+                         input {m}: {f} against {p}"
+                    );
+                }
             }
         }
     }
@@ -570,10 +641,15 @@ mod tests {
             })
             .collect();
         let (mut float, mut int) = (vec![0f32; 4], vec![0f32; 4]);
-        rows_times(dtype, &w, 256, &x, &mut float, Activations::F32).unwrap();
-        rows_times(dtype, &w, 256, &x, &mut int, Activations::Int8).unwrap();
-        for (f, i) in float.iter().zip(&int) {
-            assert!((f - i).abs() <= 1e-5 * f.abs().max(1.0), "{f} against {i}");
+        rows_times(dtype, &w, 256, &x, &mut float, Arithmetic::f32()).unwrap();
+        for family in CpuKernels::supported().unwrap() {
+            rows_times(dtype, &w, 256, &x, &mut int, Arithmetic::int8(family)).unwrap();
+            for (f, i) in float.iter().zip(&int) {
+                assert!(
+                    (f - i).abs() <= 1e-5 * f.abs().max(1.0),
+                    "{family}: {f} against {i}"
+                );
+            }
         }
     }
 
@@ -583,13 +659,15 @@ mod tests {
         let x = vec![0f32; 48];
         let mut out = vec![0f32; 4];
         // 48 values per row are not whole 32-value blocks.
-        assert!(rows_times(GgufDtype::Q8_0, &w, 48, &x, &mut out, Activations::F32).is_err());
+        let exact = Arithmetic::f32();
+        assert!(rows_times(GgufDtype::Q8_0, &w, 48, &x, &mut out, exact).is_err());
         // An output of the wrong size.
         let x = vec![0f32; 64];
         let mut out = vec![0f32; 3];
-        assert!(rows_times(GgufDtype::Q8_0, &w, 64, &x, &mut out, Activations::F32).is_err());
+        assert!(rows_times(GgufDtype::Q8_0, &w, 64, &x, &mut out, exact).is_err());
         // A type that is not a block type.
         let mut out = vec![0f32; 2];
-        assert!(rows_times(GgufDtype::F32, &w, 64, &x, &mut out, Activations::Int8).is_err());
+        let int8 = Arithmetic::int8(CpuKernels::best().unwrap());
+        assert!(rows_times(GgufDtype::F32, &w, 64, &x, &mut out, int8).is_err());
     }
 }

@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use memmap2::Mmap;
 
 pub use dequant::{dequantize, dequantize_into, DequantError};
-pub use dot::{can_multiply, rows_times, rows_times_with, Activations, Kernels};
+pub use dot::{can_multiply, rows_times, Activations, Arithmetic};
 pub(crate) use dot::{Int8Row, MIN_BYTES_PER_TASK};
 pub use dtype::GgufDtype;
 pub use error::{GgufError, GgufProblem};
