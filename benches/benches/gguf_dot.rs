@@ -1,4 +1,4 @@
-//! Our CPU kernels over GGUF blocks as stored (`gemma::weights::gguf::rows_times`),
+//! Our CPU kernels over GGUF blocks as stored (`gemma::quant::rows_times`),
 //! one row of activations (a decode step) against the default model's own
 //! matrices: the tied embedding (the logits' product, most of the file's
 //! bytes) and layer 0's projections, with float32 activations and with
@@ -17,8 +17,9 @@ use std::time::Duration;
 
 use benches::or_exit;
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
-use gemma::gguf_linear::GgufMatrix;
-use gemma::weights::gguf::{can_multiply, rows_times, Arithmetic, GgufFile};
+use gemma::gguf::GgufFile;
+use gemma::linear::GgufMatrix;
+use gemma::quant::{can_multiply, rows_times, Arithmetic};
 use mlx_core::block_dot::CpuKernels;
 use mlx_core::{Array, Dtype};
 

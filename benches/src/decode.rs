@@ -2,7 +2,7 @@
 //! at that length.
 
 use gemma::cache::{CacheFormat, LayerCache};
-use gemma::decode_step::DecodeStep as FixedStep;
+use gemma::forward::decode_step::DecodeStep as FixedStep;
 use gemma::model::Gemma3;
 use mlx_core::Array;
 
@@ -63,7 +63,7 @@ fn eval_with_caches(out: &Array, caches: &[LayerCache]) -> Result<(), BenchError
 /// their buffers would stop MLX from updating them in place, and every step
 /// would copy every cache.
 ///
-/// With `compiled`, the step is [`gemma::decode_step::DecodeStep`] (fixed
+/// With `compiled`, the step is [`gemma::forward::decode_step::DecodeStep`] (fixed
 /// shapes, compiled by MLX) on caches reserved for one more token.
 pub struct DecodeStep<'a> {
     model: &'a Gemma3,

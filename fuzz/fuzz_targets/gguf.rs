@@ -14,7 +14,8 @@
 use gemma::chat_template::{ChatMessage, ChatTemplate, Role};
 use gemma::config::Gemma3Config;
 use gemma::tokenizer::Tokenizer;
-use gemma::weights::gguf::{dequantize, DequantError, GgufDtype, GgufFile, GgufTensorInfo};
+use gemma::gguf::{GgufFile, GgufTensorInfo};
+use gemma::quant::{dequantize, DequantError, GgufDtype};
 use gemma_fuzz::scratch;
 use libfuzzer_sys::fuzz_target;
 

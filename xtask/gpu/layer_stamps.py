@@ -3,7 +3,7 @@ machine: block 0 of every `decode_layer` kernel reads `%globaltimer` at its
 start, inside attention, after each grid barrier and at its end (the
 attention stamps assume one attention item per block, as on the H200).
 
-`patch` rewrites crates/gemma/src/kernels/decode_layer.rs in place (undo
+`patch` rewrites crates/gemma/src/cuda/decode_layer.rs in place (undo
 with `git checkout` of that file after building): the kernels of a token
 whose position is 5 modulo 64 keep their stamps in module globals, and the
 next token's kernels print them (`printf` inside a measured token would
@@ -14,7 +14,7 @@ prints medians over layers and tokens, in us, for sliding and global layers
 
     python3 xtask/gpu/layer_stamps.py patch
     cargo build --release -p engine --bin gemma-mlx      # then carry it over
-    git checkout crates/gemma/src/kernels/decode_layer.rs
+    git checkout crates/gemma/src/cuda/decode_layer.rs
     # on the GPU machine:
     gemma-mlx generate --random-weights 27b --device gpu --synthetic-prompt 2048 \\
         --max-tokens 256 --json | python3 xtask/gpu/layer_stamps.py report
@@ -23,7 +23,7 @@ import collections
 import statistics
 import sys
 
-SOURCE = "crates/gemma/src/kernels/decode_layer.rs"
+SOURCE = "crates/gemma/src/cuda/decode_layer.rs"
 SLOTS = 64
 STAMPS = 12
 PHASES = ["Q/K/V", "attention start", "keys", "block merge", "split merge+barrier",

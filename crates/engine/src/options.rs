@@ -73,7 +73,7 @@ pub enum DecodeMode {
     /// The eager forward pass: the graph built anew for every token.
     #[default]
     Eager,
-    /// The fixed-shape step of [`gemma::decode_step`], compiled by MLX, over
+    /// The fixed-shape step of [`gemma::forward::decode_step`], compiled by MLX, over
     /// caches of every format (eager only where a cache would change format
     /// during the generation, `start=N` past the prompt). The caches are
     /// reserved up front for `max_tokens` more tokens (at most the

@@ -12,8 +12,8 @@ use std::io::Write;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use gemma::gguf::GgufFile;
 use gemma::tokenizer::Tokenizer;
-use gemma::weights::gguf::GgufFile;
 use mlx_core::block_dot::CpuKernels;
 use serde_json::Value;
 

@@ -4,7 +4,7 @@
 //! `cargo run --release -p gemma --example decode_layer_source > source.json`.
 
 fn main() {
-    let (header, body, inputs) = gemma::kernels::decode_layer_source();
+    let (header, body, inputs) = gemma::cuda::decode_layer_source();
     let json = serde_json::json!({ "header": header, "body": body, "inputs": inputs });
     println!("{json}");
 }

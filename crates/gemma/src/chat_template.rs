@@ -29,7 +29,7 @@ use minijinja::value::Serde;
 use minijinja::{context, Environment, ErrorKind, Value};
 use serde::{Deserialize, Serialize};
 
-use crate::weights::gguf::GgufFile;
+use crate::gguf::GgufFile;
 
 /// Gemma's beginning-of-sequence text, which starts every prompt.
 pub const GEMMA3_BOS_TOKEN: &str = "<bos>";

@@ -6,14 +6,14 @@ use std::path::{Path, PathBuf};
 use mlx_core::device::default_device;
 use mlx_core::{quantize, Device, Dtype};
 
-use crate::affine_linear;
 use crate::chat_template::{ChatTemplate, ChatTemplateError, GEMMA3_BOS_TOKEN};
 use crate::config::{ConfigError, Gemma3Config};
+use crate::gguf::{GgufError, GgufFile};
+use crate::linear::affine;
 use crate::linear::Linear;
 use crate::model::Gemma3;
+pub use crate::quant::{Activations, Arithmetic};
 use crate::tokenizer::{Tokenizer, TokenizerError};
-pub use crate::weights::gguf::{Activations, Arithmetic};
-use crate::weights::gguf::{GgufError, GgufFile};
 use crate::weights::{
     load_gguf_tensors, load_safetensors_tensors, random_tensors, TensorMap, WeightsError,
 };
@@ -64,7 +64,7 @@ pub enum WeightStorage {
     #[default]
     Dequantized,
     /// As stored, multiplied by our CPU kernels over the blocks
-    /// ([`crate::gguf_linear::GgufMatrix`]) as the arithmetic given says
+    /// ([`crate::linear::GgufMatrix`]) as the arithmetic given says
     /// (how activations enter, which kernel family); needs the CPU and
     /// float32. With 8-bit activations on the CPU, MLX affine-quantized
     /// weights (a quantized checkpoint, or `quantize`) also take our kernel
@@ -302,7 +302,7 @@ pub fn affine_products_on_our_kernel(
 ) -> Result<(), LoadError> {
     each_projection(model, |l| {
         if let Linear::Quantized(q) = l {
-            if affine_linear::takes(q, kernels)? {
+            if affine::takes(q, kernels)? {
                 *l = Linear::QuantizedCpu(q.clone(), kernels);
             }
         }

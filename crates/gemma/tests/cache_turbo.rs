@@ -18,7 +18,7 @@ use gemma::cache::turbo::{codebook, midpoints, TurboArray};
 use gemma::cache::{
     Attend, CacheFormat, KvCache, KvFormat, KvStore, LayerCache, RotatingKvCache, STEP,
 };
-use gemma::model::cache_attention;
+use gemma::forward::cache_attention;
 use mlx_core::device::{is_available, set_default_device};
 use mlx_core::{random, Array, Device, Dtype};
 use serde_json::Value;

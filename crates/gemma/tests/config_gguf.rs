@@ -7,7 +7,8 @@ mod gguf_support;
 use std::path::Path;
 
 use gemma::config::Gemma3Config;
-use gemma::weights::gguf::{GgufDtype, GgufFile, GgufValue};
+use gemma::gguf::{GgufFile, GgufValue};
+use gemma::quant::GgufDtype;
 use gguf_support::{open_bytes, Builder};
 
 #[test]

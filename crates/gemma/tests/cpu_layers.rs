@@ -16,7 +16,7 @@ mod common;
 use common::fixed_steps::{eager, max_diff, scheduled, Steps, FIXED, PREFILL, VOCAB};
 use common::models::{default_model_path, random_model_with, tiny_config};
 use gemma::cache::{CacheFormat, KvFormat, LayerCache};
-use gemma::decode_step::DecodeStep;
+use gemma::forward::decode_step::DecodeStep;
 use gemma::load::{load, Arithmetic, CpuKernels, LoadOptions, ModelSource, WeightStorage};
 use gemma::model::Gemma3;
 use mlx_core::block_dot::affine_rows_dot_available;

@@ -15,7 +15,7 @@ use common::fixed_steps::{
     VOCAB,
 };
 use gemma::cache::{CacheFormat, KvFormat, LayerCache};
-use gemma::decode_step::DecodeStep;
+use gemma::forward::decode_step::DecodeStep;
 
 #[test]
 fn fixed_steps_give_the_logits_of_the_eager_pass() {

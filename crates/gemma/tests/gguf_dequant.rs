@@ -5,7 +5,8 @@ mod gguf_support;
 
 use std::path::{Path, PathBuf};
 
-use gemma::weights::gguf::{dequantize, DequantError, GgufDtype, GgufValue};
+use gemma::gguf::GgufValue;
+use gemma::quant::{dequantize, DequantError, GgufDtype};
 use gguf_support::{open_bytes, Builder};
 
 fn fixture_dir() -> PathBuf {

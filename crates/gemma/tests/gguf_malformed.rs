@@ -5,7 +5,8 @@ mod gguf_support;
 
 use std::io::Read;
 
-use gemma::weights::gguf::{GgufDtype, GgufError, GgufProblem, GgufValue};
+use gemma::gguf::{GgufError, GgufProblem, GgufValue};
+use gemma::quant::GgufDtype;
 use gguf_support::{open_bytes, open_err, put_string, Builder, Entry, Tensor};
 
 /// A small valid file: two metadata entries, one Q8_0 and one F32 tensor.

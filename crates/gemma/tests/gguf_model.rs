@@ -9,7 +9,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use gemma::weights::gguf::{GgufDtype, GgufFile};
+use gemma::gguf::GgufFile;
+use gemma::quant::GgufDtype;
 use serde_json::Value;
 
 fn model_path() -> PathBuf {

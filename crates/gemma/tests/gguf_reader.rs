@@ -2,7 +2,8 @@
 
 mod gguf_support;
 
-use gemma::weights::gguf::{GgufDtype, GgufValue};
+use gemma::gguf::GgufValue;
+use gemma::quant::GgufDtype;
 use gguf_support::{open_bytes, Builder};
 
 fn every_value_type() -> Vec<(&'static str, GgufValue)> {

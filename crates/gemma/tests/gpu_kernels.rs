@@ -8,14 +8,15 @@ use common::fixed_steps::{
 };
 use common::models::random_model;
 use gemma::cache::turbo::{rotate, unrotate};
-use gemma::cache::{Attend, CacheFormat, KeyMask, KvFormat, KvStore};
+use gemma::cache::{Attend, CacheFormat, KeyMask, KvFormat, KvStore, LayerKv};
 use gemma::config::Gemma3Config;
-use gemma::decode_step::DecodeStep;
-use gemma::kernels::{
+use gemma::cuda::{
     decode_attention, decode_attention_stored, decode_layer, grid_barrier, linear_row,
-    qk_norm_rope, resident_blocks, residual_norms, LayerKv, Rotary,
+    qk_norm_rope, resident_blocks, residual_norms, LayerWeights, Rotary,
 };
-use gemma::model::{cache_attention, Gemma3};
+use gemma::forward::cache_attention;
+use gemma::forward::decode_step::DecodeStep;
+use gemma::model::Gemma3;
 use mlx_core::device::{is_available, set_default_device};
 use mlx_core::fast::RopeOffset;
 use mlx_core::{random, Array, Device, Dtype};
@@ -473,7 +474,7 @@ fn the_compiled_decode_step_gives_the_same_logits_on_the_gpu() {
 /// rather than falling back).
 fn layer_kernel_takes(model: &Gemma3, format: CacheFormat) -> bool {
     let c = &model.config;
-    let Some(weights) = model.layers[0].dense_weights() else {
+    let Some(weights) = LayerWeights::of(&model.layers[0]) else {
         return false;
     };
     let (hkv, d) = (c.num_key_value_heads as i32, c.head_dim as i32);
@@ -674,7 +675,7 @@ fn greedy_pick_kernel_matches_mlx_argmax() {
                 .unwrap()
                 .astype(dtype)
                 .unwrap();
-            let pick = gemma::kernels::GreedyPick::new(vocab, bias)
+            let pick = gemma::cuda::GreedyPick::new(vocab, bias)
                 .unwrap()
                 .expect("distinct ids inside the vocabulary");
             let picked = pick

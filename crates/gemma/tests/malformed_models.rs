@@ -308,10 +308,10 @@ fn gguf_rewriting_an_unchanged_header_keeps_a_valid_file() {
         std::fs::metadata(&path).expect("stat").len(),
         layout.file_len
     );
-    let file = gemma::weights::gguf::GgufFile::open(&path).expect("open");
+    let file = gemma::gguf::GgufFile::open(&path).expect("open");
     let config = Gemma3Config::from_gguf(&file).expect("config");
     assert_eq!((config.num_hidden_layers, config.vocab_size), (18, 262_144));
-    let original = gemma::weights::gguf::GgufFile::open(&model_path()).expect("open");
+    let original = gemma::gguf::GgufFile::open(&model_path()).expect("open");
     for name in ["output_norm.weight", "blk.17.ffn_down.weight"] {
         let info = file.tensor(name).expect("tensor");
         assert_eq!(

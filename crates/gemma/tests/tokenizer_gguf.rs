@@ -5,8 +5,8 @@
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
+use gemma::gguf::GgufFile;
 use gemma::tokenizer::{StreamingDecoder, Tokenizer};
-use gemma::weights::gguf::GgufFile;
 use serde::Deserialize;
 
 #[derive(Deserialize)]

@@ -25,6 +25,17 @@ pub type CpuKernelFn = dyn Fn(&[&[u8]], &mut [u8]) -> std::result::Result<(), St
 pub type CpuKernelInPlaceFn =
     dyn Fn(&[&[u8]], &mut [&mut [u8]], &mut [u8]) -> std::result::Result<(), String> + Send + Sync;
 
+/// An input's bytes as the float32 values they hold (in place), or why
+/// they are not: a length that is not whole values, or a misaligned buffer.
+pub fn floats(bytes: &[u8]) -> std::result::Result<&[f32], String> {
+    bytemuck::try_cast_slice(bytes).map_err(|e| format!("float32 values: {e}"))
+}
+
+/// An output's bytes as float32 values (in place), or why they are not.
+pub fn floats_mut(bytes: &mut [u8]) -> std::result::Result<&mut [f32], String> {
+    bytemuck::try_cast_slice_mut(bytes).map_err(|e| format!("float32 values: {e}"))
+}
+
 /// What MLX holds for one operation: the kernel and how many of its inputs
 /// it only reads (those come first).
 struct Shared {

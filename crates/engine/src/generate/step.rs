@@ -3,8 +3,8 @@
 //! logits, packed as one uint32 `[id, finite]` that stays on the device.
 
 use gemma::cache::LayerCache;
-use gemma::decode_step::DecodeStep;
-use gemma::kernels::GreedyPick;
+use gemma::cuda::GreedyPick;
+use gemma::forward::decode_step::DecodeStep;
 use gemma::model::Gemma3;
 use mlx_core::device::{default_device, Device};
 use mlx_core::{concatenate, Array, Dtype};

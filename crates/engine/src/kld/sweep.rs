@@ -5,7 +5,7 @@
 //! would.
 
 use gemma::cache::CacheFormat;
-use gemma::gguf_linear::MIN_INPUTS_FOR_MATMUL;
+use gemma::linear::gguf::MIN_INPUTS_FOR_MATMUL;
 use gemma::model::Gemma3;
 use mlx_core::{memory, Array};
 use serde::Serialize;

@@ -4,8 +4,8 @@
 
 use mlx_core::{concatenate, quantize, zeros, Array, Dtype, QuantizedArray};
 
+use super::error::CacheError;
 use super::turbo::{self, TurboArray, TURBO_GROUP};
-use super::{CacheError, VectorSpec};
 
 /// The storage format of keys or of values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -311,4 +311,16 @@ impl KvStore {
             KvStore::Turbo(t) => vec![&t.packed, &t.norms],
         }
     }
+}
+
+/// The shape and dtype of key and value buffers a cache creates when it has
+/// none yet.
+#[derive(Debug, Clone, Copy)]
+pub struct VectorSpec {
+    /// Key/value heads.
+    pub heads: i32,
+    /// Features per head.
+    pub dim: i32,
+    /// The compute dtype (used where the format keeps it).
+    pub dtype: Dtype,
 }

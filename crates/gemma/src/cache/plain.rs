@@ -2,10 +2,12 @@
 
 use mlx_core::{arange, Array, Dtype};
 
-use super::{
+use super::buffers::{
     convert_stores, fixed_slot_of, pair_arrays, pair_nbytes, reserve_fixed_pair, round_up, Attend,
-    CacheError, CacheFormat, FixedSlot, KeyMask, KvStore, VectorSpec,
+    CacheFormat, FixedSlot, KeyMask,
 };
+use super::error::CacheError;
+use super::format::{KvStore, VectorSpec};
 
 /// A growing KV cache. Buffers grow by whole steps of 256 positions, so
 /// decoding does not re-allocate per token.
@@ -34,7 +36,7 @@ impl KvCache {
     }
 
     /// Keeps the compute dtype for the first `start` tokens (see
-    /// [`super::LayerCache::quantize_from`]).
+    /// [`crate::cache::LayerCache::quantize_from`]).
     pub fn quantize_from(mut self, start: i32) -> KvCache {
         self.start = start.max(0);
         self
@@ -88,7 +90,7 @@ impl KvCache {
         Ok(Attend { keys, values, mask })
     }
 
-    /// See [`super::LayerCache::reserve_fixed`]: buffers of `positions`
+    /// See [`crate::cache::LayerCache::reserve_fixed`]: buffers of `positions`
     /// rounded up to whole steps.
     pub fn reserve_fixed(&mut self, positions: i32, spec: VectorSpec) -> Result<bool, CacheError> {
         let last = positions.max(self.offset + 1) - 1;
@@ -100,7 +102,7 @@ impl KvCache {
         reserve_fixed_pair(&mut self.keys, &mut self.values, formats, capacity, spec)
     }
 
-    /// See [`super::LayerCache::fixed_slot`]: the next token goes after the
+    /// See [`crate::cache::LayerCache::fixed_slot`]: the next token goes after the
     /// tokens held, and every position up to it is valid.
     pub fn fixed_slot(&self) -> Option<FixedSlot> {
         let format = self.format.active(self.offset, self.start);
@@ -113,7 +115,7 @@ impl KvCache {
         )
     }
 
-    /// See [`super::LayerCache::commit_fixed`].
+    /// See [`crate::cache::LayerCache::commit_fixed`].
     pub fn commit_fixed(&mut self, keys: KvStore, values: KvStore) {
         self.keys = Some(keys);
         self.values = Some(values);

@@ -2,11 +2,13 @@
 
 use mlx_core::{arange, Array, Dtype};
 
-use super::plain::causal_mask;
-use super::{
+use super::buffers::{
     convert_stores, fixed_slot_of, pair_arrays, pair_nbytes, reserve_fixed_pair, round_up, Attend,
-    CacheError, CacheFormat, FixedSlot, KeyMask, KvStore, VectorSpec, STEP,
+    CacheFormat, FixedSlot, KeyMask, STEP,
 };
+use super::error::CacheError;
+use super::format::{KvStore, VectorSpec};
+use super::plain::causal_mask;
 
 /// A sliding-window KV cache holding the last `window` tokens.
 ///
@@ -53,7 +55,7 @@ impl RotatingKvCache {
     }
 
     /// Keeps the compute dtype for the first `start` tokens (see
-    /// [`super::LayerCache::quantize_from`]).
+    /// [`crate::cache::LayerCache::quantize_from`]).
     pub fn quantize_from(mut self, start: i32) -> RotatingKvCache {
         self.start = start.max(0);
         self
@@ -202,7 +204,7 @@ impl RotatingKvCache {
         })
     }
 
-    /// See [`super::LayerCache::reserve_fixed`]: buffers of `positions`
+    /// See [`crate::cache::LayerCache::reserve_fixed`]: buffers of `positions`
     /// rounded up to whole steps, at most the window.
     pub fn reserve_fixed(&mut self, positions: i32, spec: VectorSpec) -> Result<bool, CacheError> {
         let last = positions.max(self.offset + 1) - 1;
@@ -214,7 +216,7 @@ impl RotatingKvCache {
         reserve_fixed_pair(&mut self.keys, &mut self.values, formats, capacity, spec)
     }
 
-    /// See [`super::LayerCache::fixed_slot`]: the next token goes into the
+    /// See [`crate::cache::LayerCache::fixed_slot`]: the next token goes into the
     /// ring at `next`; until the ring is full the valid positions are the
     /// leading `filled` ones, and `next == filled`.
     pub fn fixed_slot(&self) -> Option<FixedSlot> {
@@ -223,7 +225,7 @@ impl RotatingKvCache {
         fixed_slot_of(&self.keys, &self.values, format, self.next, valid)
     }
 
-    /// See [`super::LayerCache::commit_fixed`].
+    /// See [`crate::cache::LayerCache::commit_fixed`].
     pub fn commit_fixed(&mut self, keys: KvStore, values: KvStore) {
         self.keys = Some(keys);
         self.values = Some(values);

@@ -16,7 +16,7 @@
 
 use mlx_core::{concatenate, where_, Array, Dtype};
 
-use super::CacheError;
+use super::error::CacheError;
 
 /// Values per independently encoded group.
 pub const TURBO_GROUP: i32 = 128;

@@ -14,7 +14,7 @@
 //! - RoPE scaling: `rope.scaling.type` `linear` (or absent) with a nonzero
 //!   `rope.scaling.factor`, applied to global layers only.
 
-use crate::weights::gguf::{GgufFile, GgufValue};
+use crate::gguf::{GgufFile, GgufValue};
 
 use super::defaults as d;
 use super::{ConfigError, ConfigProblem, Gemma3Config};

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use super::vocab::{TokenType, SPACE_MARKER};
 use super::{Tokenizer, TokenizerError};
-use crate::weights::gguf::{GgufFile, GgufValue};
+use crate::gguf::{GgufFile, GgufValue};
 
 impl Tokenizer {
     /// Builds the tokenizer from the vocabulary in a GGUF file (`tokenizer.ggml.model` must be

@@ -8,10 +8,11 @@ use std::path::Path;
 use mlx_core::device::default_device;
 use mlx_core::{Array, Device, Dtype};
 
-use super::gguf::{can_multiply, Arithmetic, GgufFile};
 use super::gguf_names::hf_name;
 use super::tensors::{Tensor, TensorMap, WeightsError};
-use crate::gguf_linear::GgufMatrix;
+use crate::gguf::GgufFile;
+use crate::linear::GgufMatrix;
+use crate::quant::{can_multiply, Arithmetic};
 
 /// Reads every tensor of `file` into a [`TensorMap`] with Hugging Face names,
 /// converted to `dtype`; with `native`, matrices of block-quantized types

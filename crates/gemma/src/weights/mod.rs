@@ -1,7 +1,7 @@
-//! Weight loading, one module per file format, and the assembly of tensors
-//! into a model ([`tensors`]).
+//! Weight loading, one module per file format (the GGUF container itself is
+//! [`crate::gguf`]), and the assembly of tensors into a model
+//! ([`tensors`]).
 
-pub mod gguf;
 mod gguf_loader;
 pub mod gguf_names;
 mod random;

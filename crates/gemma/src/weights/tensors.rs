@@ -7,8 +7,7 @@ use std::path::{Path, PathBuf};
 use mlx_core::{concatenate, Array, Dtype, QuantizedArray};
 
 use crate::config::Gemma3Config;
-use crate::gguf_linear::GgufMatrix;
-use crate::linear::Linear;
+use crate::linear::{GgufMatrix, Linear};
 use crate::model::{Gemma3, Layer};
 
 /// One tensor of a checkpoint.

@@ -4,7 +4,7 @@
 //! the GPU).
 
 use gemma::cache::{CacheFormat, LayerCache};
-use gemma::decode_step::DecodeStep;
+use gemma::forward::decode_step::DecodeStep;
 use gemma::model::Gemma3;
 use mlx_core::{concatenate, Array, Dtype};
 

@@ -7,10 +7,10 @@ use std::time::{Instant, UNIX_EPOCH};
 
 use gemma::config::Gemma3Config;
 use gemma::convert::write_hf_folder;
+use gemma::gguf::GgufFile;
 use gemma::load::{load, LoadOptions, ModelSource, WeightStorage};
 use gemma::model::Gemma3;
 use gemma::tokenizer::Tokenizer;
-use gemma::weights::gguf::GgufFile;
 use gemma::weights::{load_gguf_tensors, random_tensors, Tensor};
 use mlx_core::{random, Array, Dtype};
 use tempfile::TempDir;

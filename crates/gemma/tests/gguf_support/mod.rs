@@ -4,7 +4,7 @@
 
 use std::io::Write;
 
-use gemma::weights::gguf::{GgufError, GgufFile, GgufValue};
+use gemma::gguf::{GgufError, GgufFile, GgufValue};
 
 /// One metadata entry: a well-formed value, or bytes written as they are
 /// (key, type and value already encoded).

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::model_args::ModelArgs;
-use engine::options::DecodeMode;
+use crate::sampling_args::SamplingArgs;
 
 /// Gemma 3 inference and KV-cache evaluation on MLX.
 #[derive(Debug, Parser)]
@@ -39,94 +39,6 @@ pub enum Command {
     /// Serve requests as JSON lines on stdin with the model loaded once
     /// (complete, kld, trajectory, tokenize, info, load).
     Worker(crate::worker::WorkerArgs),
-}
-
-/// Sampling and generation settings, named as mlx-lm names them.
-#[derive(Debug, Args, Clone)]
-pub struct SamplingArgs {
-    /// Most tokens to generate.
-    #[arg(long, default_value_t = 256)]
-    pub max_tokens: usize,
-    /// Sampling temperature (0 = greedy).
-    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
-    pub temp: f32,
-    /// Keep only the k most likely tokens.
-    #[arg(long)]
-    pub top_k: Option<usize>,
-    /// Keep the smallest set of tokens whose probability reaches p.
-    #[arg(long, allow_negative_numbers = true)]
-    pub top_p: Option<f32>,
-    /// Drop tokens less likely than min-p times the most likely one.
-    #[arg(long, allow_negative_numbers = true)]
-    pub min_p: Option<f32>,
-    /// Penalty for tokens in the recent window (> 1 discourages repeats).
-    #[arg(long, allow_negative_numbers = true)]
-    pub repetition_penalty: Option<f32>,
-    /// How many recent tokens the repetition penalty looks at.
-    #[arg(long, default_value_t = 20)]
-    pub repetition_context_size: usize,
-    /// Subtracted from the logit of every token in the recent window.
-    #[arg(long, allow_negative_numbers = true)]
-    pub presence_penalty: Option<f32>,
-    /// How many recent tokens the presence penalty looks at.
-    #[arg(long, default_value_t = 20)]
-    pub presence_context_size: usize,
-    /// Subtracted once per occurrence in the recent window.
-    #[arg(long, allow_negative_numbers = true)]
-    pub frequency_penalty: Option<f32>,
-    /// How many recent tokens the frequency penalty looks at.
-    #[arg(long, default_value_t = 20)]
-    pub frequency_context_size: usize,
-    /// XTC: the probability, per token, of removing every token more likely
-    /// than `--xtc-threshold` except the least likely of them (never the
-    /// newline and end-of-sequence tokens).
-    #[arg(long)]
-    pub xtc_probability: Option<f32>,
-    /// XTC's probability threshold, in [0, 0.5].
-    #[arg(long, default_value_t = 0.1)]
-    pub xtc_threshold: f32,
-    /// Added to a token's logit: ID=BIAS, repeatable.
-    #[arg(long = "logit-bias", value_parser = parse_bias)]
-    pub logit_bias: Vec<(u32, f32)>,
-    /// Random seed.
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
-    /// Stop when this text appears (repeatable).
-    #[arg(long = "stop")]
-    pub stop: Vec<String>,
-    /// KV-cache format, e.g. `ctk=q8_0,ctv=q4_0,group=64`.
-    #[arg(long)]
-    pub kv: Option<String>,
-    /// Prompt tokens per forward pass (default: 256 on cpu, 2048 on gpu).
-    #[arg(long)]
-    pub prefill_chunk: Option<usize>,
-    /// How tokens after the prompt are decoded: `compiled` runs one
-    /// fixed-shape step compiled by MLX (every KV cache format; eager where a
-    /// cache changes format during the generation). Default: compiled where
-    /// the step runs every block as one kernel of ours (on the GPU with our
-    /// kernels; on the CPU with `--weights native` and every projection on
-    /// our kernels), eager otherwise.
-    #[arg(long, value_enum)]
-    pub decode: Option<DecodeMode>,
-    /// Decode steps queued on the device per host-device synchronisation
-    /// (default: 1 on cpu, 16 on gpu); tokens then arrive in bursts.
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=64))]
-    pub steps_per_sync: Option<u64>,
-}
-
-fn parse_bias(text: &str) -> Result<(u32, f32), String> {
-    let (id, bias) = text
-        .split_once('=')
-        .ok_or_else(|| format!("'{text}' is not ID=BIAS"))?;
-    let id = id
-        .trim()
-        .parse()
-        .map_err(|_| format!("'{id}' is not a token id"))?;
-    let bias = bias
-        .trim()
-        .parse()
-        .map_err(|_| format!("'{bias}' is not a number"))?;
-    Ok((id, bias))
 }
 
 /// `generate`.

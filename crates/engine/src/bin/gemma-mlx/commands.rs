@@ -3,17 +3,14 @@
 use std::io::{BufRead, Write};
 
 use anyhow::{Context, Result};
-use engine::options::{default_decode, default_prefill_chunk, default_steps_per_sync};
-use engine::{ChatSession, Engine, GenerateOptions, Generation, KvSpec, ProductPath, TokenEvent};
+use engine::{ChatSession, Engine, TokenEvent};
 use gemma::chat_template::{ChatMessage, Role};
-use sample::SamplerConfig;
 use serde_json::json;
 
-use crate::args::{
-    ChatArgs, Cli, Command, ConvertArgs, GenerateArgs, InfoArgs, SamplingArgs, TokenizeArgs,
-};
-use crate::model_args::{progress_bar, ModelArgs};
-use crate::output::{print_json, text_or_stdin};
+use crate::args::{ChatArgs, Cli, Command, ConvertArgs, GenerateArgs, InfoArgs, TokenizeArgs};
+use crate::model_args::progress_bar;
+use crate::output::{generation_json, print_json, text_or_stdin, tokenize_json};
+use crate::sampling_args::{fit_to_model, options};
 
 /// Runs the chosen subcommand.
 pub fn run(cli: Cli) -> Result<()> {
@@ -30,74 +27,6 @@ pub fn run(cli: Cli) -> Result<()> {
     }
 }
 
-/// The options `sampling` asks for; what it leaves unset takes the defaults
-/// of `model`'s device (which this places the computation on), but for
-/// what [`fit_to_model`] settles once the model is loaded.
-pub(crate) fn options(sampling: &SamplingArgs, model: &ModelArgs) -> Result<GenerateOptions> {
-    let device = model.place()?;
-    let spec = KvSpec::parse(sampling.kv.as_deref().unwrap_or(""))?;
-    let sampler = SamplerConfig {
-        temperature: sampling.temp,
-        top_k: sampling.top_k,
-        top_p: sampling.top_p,
-        min_p: sampling.min_p,
-        repetition_penalty: sampling.repetition_penalty,
-        presence_penalty: sampling.presence_penalty,
-        frequency_penalty: sampling.frequency_penalty,
-        repetition_window: sampling.repetition_context_size,
-        presence_window: sampling.presence_context_size,
-        frequency_window: sampling.frequency_context_size,
-        xtc_probability: sampling.xtc_probability,
-        xtc_threshold: sampling.xtc_threshold,
-        logit_bias: sampling.logit_bias.clone(),
-        seed: sampling.seed,
-        ..SamplerConfig::default()
-    };
-    sampler.validate()?;
-    let defaults = GenerateOptions::default();
-    Ok(GenerateOptions {
-        max_tokens: sampling.max_tokens,
-        sampler,
-        stop_strings: sampling.stop.clone(),
-        cache_format: spec.cache_format()?,
-        kv_start: spec.start,
-        prefill_chunk: sampling
-            .prefill_chunk
-            .unwrap_or(default_prefill_chunk(device)),
-        decode: sampling.decode.unwrap_or_default(),
-        steps_per_sync: sampling
-            .steps_per_sync
-            .map_or(default_steps_per_sync(device), |n| n as usize),
-        ..defaults
-    })
-}
-
-/// Settles what `options` (from [`options`]) take from the loaded model:
-/// the decoding mode unless `sampling` asked for one ([`default_decode`]),
-/// and XTC kept off the newline and end-of-sequence tokens, as mlx-lm's
-/// command line does (a model without tokenizer: its end-of-sequence ids).
-pub(crate) fn fit_to_model(
-    options: &mut GenerateOptions,
-    sampling: &SamplingArgs,
-    engine: &Engine,
-) -> Result<()> {
-    if sampling.decode.is_none() {
-        options.decode = default_decode(&engine.loaded.model)?;
-    }
-    if options.sampler.xtc_probability.is_none() {
-        return Ok(());
-    }
-    let mut ids = engine.loaded.model.config.eos_token_ids.clone();
-    if let Some(tokenizer) = engine.loaded.tokenizer.as_ref() {
-        ids.extend(tokenizer.encode_plain("\n")?);
-        ids.extend(tokenizer.stop_ids());
-    }
-    ids.sort_unstable();
-    ids.dedup();
-    options.sampler.xtc_special_tokens = ids;
-    Ok(())
-}
-
 /// Streams text to stdout, or to stderr when stdout carries JSON.
 fn stream_to(json: bool) -> impl FnMut(&TokenEvent<'_>) {
     move |event: &TokenEvent<'_>| {
@@ -112,26 +41,6 @@ fn stream_to(json: bool) -> impl FnMut(&TokenEvent<'_>) {
             let _ = std::io::stdout().flush();
         }
     }
-}
-
-/// A generation as `generate --json` prints it.
-pub(crate) fn generation_json(g: &Generation, products: ProductPath) -> serde_json::Value {
-    json!({
-        "text": g.text,
-        "token_ids": g.token_ids,
-        "finish_reason": g.finish_reason,
-        "decode": g.decode,
-        "prompt_tokens": g.metrics.prompt_tokens,
-        "prompt_tps": g.metrics.prompt_tps,
-        "generation_tokens": g.metrics.generation_tokens,
-        "generation_tps": g.metrics.generation_tps,
-        "ttft_s": g.metrics.ttft_s,
-        "peak_memory_bytes": g.metrics.peak_memory_bytes,
-        "decode_host": g.metrics.decode_host,
-        "weights": products.weights,
-        "activations": products.activations,
-        "cpu_kernels": products.cpu_kernels,
-    })
 }
 
 fn generate(args: GenerateArgs) -> Result<()> {
@@ -228,23 +137,6 @@ fn tokenize(args: TokenizeArgs) -> Result<()> {
         println!("{}", ids.join(" "));
         Ok(())
     }
-}
-
-/// `tokenize --json`'s object: the ids of `text` (`<bos>` first and
-/// special-token text recognized, or with `plain` neither), their token
-/// strings and their count.
-pub(crate) fn tokenize_json(engine: &Engine, text: &str, plain: bool) -> Result<serde_json::Value> {
-    let tokenizer = engine.tokenizer()?;
-    let ids = if plain {
-        tokenizer.encode_plain(text)?
-    } else {
-        tokenizer.encode(text, true)?
-    };
-    let tokens: Vec<String> = ids
-        .iter()
-        .map(|&id| tokenizer.id_to_token(id).unwrap_or_default())
-        .collect();
-    Ok(json!({"token_ids": ids, "tokens": tokens, "count": ids.len()}))
 }
 
 fn info(args: InfoArgs) -> Result<()> {

@@ -7,6 +7,7 @@ mod commands;
 mod eval;
 mod model_args;
 mod output;
+mod sampling_args;
 mod worker;
 
 use std::process::ExitCode;

@@ -35,10 +35,11 @@ use gemma::chat_template::{ChatMessage, Role};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::args::SamplingArgs;
-use crate::commands::{fit_to_model, generation_json, options, tokenize_json};
 use crate::eval::{kld_report, trajectory_report, KldJob};
 use crate::model_args::ModelArgs;
+use crate::output::{generation_json, tokenize_json};
+use crate::sampling_args::SamplingArgs;
+use crate::sampling_args::{fit_to_model, options};
 
 /// `worker`.
 #[derive(Debug, Args)]

@@ -14,7 +14,7 @@ use mlx_core::device::{default_device, Device};
 use mlx_core::kernel::{Launch, OutputSpec, TemplateArg};
 use mlx_core::{Array, Dtype};
 
-use super::{kernel_with_header, one};
+use super::program::{kernel_with_header, one};
 
 /// Threads of the kernel's single block (32 warps).
 const THREADS: i32 = 1024;

@@ -5,8 +5,7 @@
 use mlx_core::fast::RopeOffset;
 use mlx_core::Array;
 
-use crate::cache::{Attend, CacheError, KeyMask, KvStore, LayerCache};
-use crate::kernels::LayerKv;
+use crate::cache::{Attend, CacheError, KeyMask, KvStore, LayerCache, LayerKv};
 
 /// Where one block's new keys and values go, and what its queries then
 /// attend to.

@@ -14,10 +14,6 @@
 //! matrix, one 640-element row per token. [`GgufTensorInfo::row_major_shape`]
 //! does the reversal.
 
-mod blocks;
-mod dequant;
-mod dot;
-mod dtype;
 mod error;
 mod reader;
 mod value;
@@ -29,40 +25,10 @@ use std::path::{Path, PathBuf};
 
 use memmap2::Mmap;
 
-pub use dequant::{dequantize, dequantize_into, DequantError};
-pub use dot::{can_multiply, rows_times, Activations, Arithmetic};
-pub(crate) use dot::{Int8Row, MIN_BYTES_PER_TASK};
-pub use dtype::GgufDtype;
+use crate::quant::dequantize;
 pub use error::{GgufError, GgufProblem};
-pub use reader::DEFAULT_ALIGNMENT;
+pub use reader::{GgufTensorInfo, DEFAULT_ALIGNMENT};
 pub use value::GgufValue;
-
-/// Where one tensor lives in a GGUF file and what it holds.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct GgufTensorInfo {
-    /// The tensor's name, e.g. `blk.0.attn_q.weight`.
-    pub name: String,
-    /// Dimensions in GGUF order: `shape[0]` (ggml's `ne[0]`) varies fastest.
-    pub shape: Vec<u64>,
-    /// Element type.
-    pub dtype: GgufDtype,
-    /// Absolute offset of the data in the file.
-    pub offset: u64,
-    /// Size of the data in bytes.
-    pub n_bytes: u64,
-}
-
-impl GgufTensorInfo {
-    /// Number of elements (1 for a tensor without dimensions).
-    pub fn n_elements(&self) -> u64 {
-        self.shape.iter().product()
-    }
-
-    /// The shape of the same data as a row-major (MLX, numpy) array: the GGUF dimensions reversed.
-    pub fn row_major_shape(&self) -> Vec<u64> {
-        self.shape.iter().rev().copied().collect()
-    }
-}
 
 /// An open, validated, memory-mapped GGUF file.
 pub struct GgufFile {

@@ -1,13 +1,31 @@
 //! Projection matrices — dense, MLX-quantized or GGUF blocks as stored —
-//! and the embedding table.
+//! and the embedding table, with their products: `gguf.rs` and `affine.rs`
+//! multiply the quantized ones on the CPU (`rows.rs` makes a product one
+//! MLX operation, `tasks.rs` runs one row's product on rayon's pool), and
+//! `projection.rs` reads a projection's pieces for the CPU decode block.
+//! Each file imports only those listed before it here.
+
+pub mod affine;
+pub mod gguf;
+pub(crate) mod projection;
+mod rows;
+mod tasks;
 
 use mlx_core::block_dot::CpuKernels;
 use mlx_core::{concatenate, Array, QuantizedArray};
 
-use crate::affine_linear;
-use crate::gguf_linear::GgufMatrix;
-use crate::kernels::linear_row;
-use crate::weights::gguf::GgufDtype;
+use crate::quant::GgufDtype;
+pub use gguf::GgufMatrix;
+
+/// A product of rows of activations with dense weights `[out, in]`,
+/// `x @ Wᵀ`: MLX's matmul ([`mlx_matmul`]) unless the caller has a kernel of
+/// a device's for it.
+pub type DenseProduct = fn(&Array, &Array) -> mlx_core::Result<Array>;
+
+/// `x @ Wᵀ` by MLX's matmul.
+pub fn mlx_matmul(x: &Array, w: &Array) -> mlx_core::Result<Array> {
+    x.linear(w)
+}
 
 /// A weight matrix `[out, in]` applied as `x @ Wᵀ`.
 #[derive(Debug, Clone)]
@@ -17,7 +35,7 @@ pub enum Linear {
     /// MLX affine-quantized weights, multiplied without dequantizing.
     Quantized(QuantizedArray),
     /// MLX affine-quantized weights whose products run on the CPU through
-    /// [`crate::affine_linear`]: one row by our kernel of the family given
+    /// [`affine`]: one row by our kernel of the family given
     /// with 8-bit activations, several by a matmul over the dequantized
     /// matrix.
     QuantizedCpu(QuantizedArray, CpuKernels),
@@ -31,21 +49,20 @@ pub enum Linear {
 impl Linear {
     /// `x @ Wᵀ`.
     pub fn forward(&self, x: &Array) -> mlx_core::Result<Array> {
-        self.forward_with(x, false)
+        self.forward_with(x, mlx_matmul)
     }
 
-    /// `x @ Wᵀ`; with `gpu_kernels`, a single row against dense weights runs
-    /// through our GEMV kernel ([`crate::kernels::linear_row`]).
-    pub fn forward_with(&self, x: &Array, gpu_kernels: bool) -> mlx_core::Result<Array> {
+    /// `x @ Wᵀ`, products with dense weights by `dense`.
+    pub fn forward_with(&self, x: &Array, dense: DenseProduct) -> mlx_core::Result<Array> {
         match self {
-            Linear::Dense(w) => linear_row(x, w, gpu_kernels),
+            Linear::Dense(w) => dense(x, w),
             Linear::Quantized(q) => q.matmul(x, true),
-            Linear::QuantizedCpu(q, kernels) => affine_linear::times(q, *kernels, x),
+            Linear::QuantizedCpu(q, kernels) => affine::times(q, *kernels, x),
             Linear::Gguf(g) => g.times(x),
             Linear::Parts(parts) => {
                 let outs = parts
                     .iter()
-                    .map(|p| p.forward_with(x, gpu_kernels))
+                    .map(|p| p.forward_with(x, dense))
                     .collect::<mlx_core::Result<Vec<_>>>()?;
                 concatenate(&outs.iter().collect::<Vec<_>>(), -1)
             }
@@ -57,18 +74,18 @@ impl Linear {
     /// rows. A single input row runs as one fused product (one pass over the
     /// weights while decoding); several rows run one product per projection,
     /// so prefill rounds exactly as separate projections do (as mlx-lm's).
-    /// `gpu_kernels` as in [`Linear::forward_with`].
+    /// The single row's product with dense weights is `dense`'s.
     pub fn forward_parts(
         &self,
         x: &Array,
         sizes: &[i32],
-        gpu_kernels: bool,
+        dense: DenseProduct,
     ) -> mlx_core::Result<Vec<Array>> {
         let rows = x.size() / x.dim(-1)?.max(1) as usize;
         let mut start = 0;
         let mut out = Vec::with_capacity(sizes.len());
         if rows == 1 {
-            let fused = self.forward_with(x, gpu_kernels)?;
+            let fused = self.forward_with(x, dense)?;
             let mut begin = vec![0; fused.ndim()];
             let mut end = fused.shape();
             let strides = vec![1; fused.ndim()];

@@ -15,7 +15,7 @@ use mlx_core::{Array, Dtype};
 use multiversion::multiversion;
 use rayon::prelude::*;
 
-use crate::cpu_projection::floats;
+use mlx_core::cpu_kernel::{floats, floats_mut};
 
 /// `softmax(q · scale @ kᵀ, masked) @ v` for float32 queries `[B, Hq, L,
 /// D]` and keys and values `[B, Hkv, S, D]` (Hq a multiple of Hkv).
@@ -91,8 +91,7 @@ pub(crate) fn masked_softmax(scores: &Array, mask: RowMask<'_>) -> mlx_core::Res
     let kernel: Arc<CpuKernelFn> = Arc::new(move |inputs, out| {
         let scores = floats(inputs.first().ok_or("a softmax without scores")?)?;
         let seen: Option<&[u8]> = inputs.get(1).copied();
-        let out: &mut [f32] =
-            bytemuck::try_cast_slice_mut(out).map_err(|e| format!("output: {e}"))?;
+        let out: &mut [f32] = floats_mut(out)?;
         if keys == 0 || scores.len() != out.len() {
             return Ok(());
         }

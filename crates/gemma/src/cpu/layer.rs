@@ -6,7 +6,7 @@
 //! our kernels, that overhead was more than half of a token of the default
 //! model (docs/performance.md). Here the block runs in three parts, each
 //! one CPU operation of ours on rayon's pool, its projections on our block
-//! kernels ([`crate::weights::gguf::rows_times`], [`crate::affine_linear`]):
+//! kernels ([`crate::quant::rows_times`], [`crate::linear::affine`]):
 //! Q/K/V ([`queries_keys_values`]: the input norm, the projection, the q/k
 //! norms and RoPE), attention over float32 keys and values
 //! ([`attention`]), and the rest ([`finish`]: the output projection, the
@@ -23,15 +23,16 @@
 
 use std::sync::Arc;
 
-use mlx_core::cpu_kernel::{cpu_kernel, cpu_kernel_in_place, CpuKernelFn, CpuKernelInPlaceFn};
+use mlx_core::cpu_kernel::{
+    cpu_kernel, cpu_kernel_in_place, floats, floats_mut, CpuKernelFn, CpuKernelInPlaceFn,
+};
 use mlx_core::{Array, Dtype};
 
-use crate::cache::KvStore;
-use crate::cpu_attention::{attend, dot, Heads};
-use crate::cpu_gelu::gated_gelu_into;
-use crate::cpu_projection::{floats, Projection};
-use crate::kernels::{LayerGeometry, LayerKv};
-use crate::model::Layer;
+use super::attention::{attend, dot, Heads};
+use super::gelu::gated_gelu_into;
+use crate::cache::{KvStore, LayerKv};
+use crate::linear::projection::Projection;
+use crate::model::{Layer, LayerGeometry};
 
 /// Whether every projection of `layer` is on our CPU kernels and its norms
 /// are float32, so that the block runs as operations of ours.
@@ -334,9 +335,9 @@ impl Block {
         let [kw, vw] = written else {
             return Err("the block operation writes 2 buffers".into());
         };
-        let keys: &mut [f32] = bytemuck::try_cast_slice_mut(kw).map_err(|e| e.to_string())?;
-        let values: &mut [f32] = bytemuck::try_cast_slice_mut(vw).map_err(|e| e.to_string())?;
-        let out: &mut [f32] = bytemuck::try_cast_slice_mut(out).map_err(|e| e.to_string())?;
+        let keys = floats_mut(kw)?;
+        let values = floats_mut(vw)?;
+        let out = floats_mut(out)?;
         let cap = keys.len() / (h.kv * h.dim).max(1);
         let at = usize::try_from(write_at).unwrap_or(usize::MAX);
         if at >= cap || values.len() != keys.len() || out.len() != self.hidden {
@@ -407,7 +408,7 @@ impl<'a> CpuBlock<'a> {
                 ["the token", "the input norm", "the q norm", "the k norm"],
             )?;
             let norms = [w_in, q_norm, k_norm];
-            let out: &mut [f32] = bytemuck::try_cast_slice_mut(out).map_err(|e| e.to_string())?;
+            let out = floats_mut(out)?;
             let qkv =
                 rayon::scope(|_| block.queries_keys_values(x, norms, scalar(position)?, weights))?;
             out.copy_from_slice(&qkv);
@@ -459,7 +460,7 @@ impl<'a> CpuBlock<'a> {
             let [q, keys, values] =
                 as_floats([q, keys, values], ["the queries", "the keys", "the values"])?;
             let kv = (keys, values);
-            let out: &mut [f32] = bytemuck::try_cast_slice_mut(out).map_err(|e| e.to_string())?;
+            let out = floats_mut(out)?;
             let attended = rayon::scope(|_| attention(heads, scale, q, kv, scalar(valid)?))?;
             out.copy_from_slice(&attended);
             Ok(())
@@ -508,7 +509,7 @@ impl<'a> CpuBlock<'a> {
                 ],
             )?;
             let norms = [w_post_attn, w_pre_ffn, w_post_ffn];
-            let out: &mut [f32] = bytemuck::try_cast_slice_mut(out).map_err(|e| e.to_string())?;
+            let out = floats_mut(out)?;
             if x.len() != block.hidden || out.len() != block.hidden {
                 return Err("the block's last operation: sizes do not match".into());
             }
@@ -589,7 +590,7 @@ mod tests {
     use crate::linear::Linear;
     use crate::load::{load, LoadOptions, ModelSource, WeightStorage};
     use crate::model::Gemma3;
-    use crate::weights::gguf::Arithmetic;
+    use crate::quant::Arithmetic;
     use mlx_core::block_dot::{affine_rows_dot_available, CpuKernels};
     use mlx_core::{quantize, zeros};
 

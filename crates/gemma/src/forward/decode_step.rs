@@ -7,18 +7,18 @@
 //! capacity in the cache's format, float or compressed), each new key and
 //! value is encoded in that format and written at a position held in an
 //! array, and attention runs over the whole buffers masked to their valid
-//! positions (on the GPU through [`crate::kernels::decode_attention_stored`],
+//! positions (on the GPU through [`crate::cuda::decode_attention_stored`],
 //! which reads only those, decoding compressed rows in registers; with
 //! [`Gemma3::gpu_kernels`], each whole block runs as one
-//! [`crate::kernels::decode_layer`] kernel, which encodes the new key and
+//! [`crate::cuda::decode_layer`] kernel, which encodes the new key and
 //! value and writes them into the buffers in place). Shapes never change, so MLX traces the step once;
 //! every later step replays the traced graph (its elementwise chains fused)
 //! without building it again.
 
 use mlx_core::{arange, where_, Array, Dtype, Function};
 
+use super::kv_target::{FixedTarget, KvTarget};
 use crate::cache::{CacheError, FixedSlot, KvStore, LayerCache, VectorSpec};
-use crate::kv_target::{FixedTarget, KvTarget};
 use crate::model::{Gemma3, ModelError};
 
 /// Inputs before the per-layer buffers: the token and the slots.

@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use mlx_core::cpu_kernel::{cpu_kernel, CpuKernelFn};
+use mlx_core::cpu_kernel::{cpu_kernel, floats, floats_mut, CpuKernelFn};
 use mlx_core::{Array, Dtype};
 use rayon::prelude::*;
 
@@ -50,9 +50,9 @@ pub(crate) fn gated_gelu(gate: &Array, up: &Array) -> mlx_core::Result<Option<Ar
                 inputs.len()
             ));
         };
-        let gate: &[f32] = bytemuck::try_cast_slice(gate).map_err(|e| e.to_string())?;
-        let up: &[f32] = bytemuck::try_cast_slice(up).map_err(|e| e.to_string())?;
-        let out: &mut [f32] = bytemuck::try_cast_slice_mut(out).map_err(|e| e.to_string())?;
+        let gate = floats(gate)?;
+        let up = floats(up)?;
+        let out = floats_mut(out)?;
         if gate.len() != out.len() || up.len() != out.len() {
             return Err("the gated GELU's inputs and output differ in size".into());
         }
@@ -79,7 +79,7 @@ mod tests {
         );
         let ours = gated_gelu(&g, &u).unwrap().expect("float32 is taken");
         let ours = ours.to_vec::<f32>().unwrap();
-        // MLX's operations, as model.rs builds them.
+        // MLX's operations, as the forward pass builds them.
         let c = |v: f64| Array::scalar(v, Dtype::Float32).unwrap();
         let inner = g
             .add(&g.power(&c(3.0)).unwrap().multiply(&c(0.044715)).unwrap())

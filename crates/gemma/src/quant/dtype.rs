@@ -202,7 +202,7 @@ impl GgufDtype {
         }
     }
 
-    /// Whether [`crate::weights::gguf::GgufFile::dequantize_f32`] can convert this type.
+    /// Whether [`crate::gguf::GgufFile::dequantize_f32`] can convert this type.
     pub fn can_dequantize(self) -> bool {
         use GgufDtype::*;
         matches!(

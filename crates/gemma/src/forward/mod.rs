@@ -7,165 +7,36 @@
 //! and a gated tanh-GELU MLP. RMSNorm weights arrive with the `1 +` already
 //! folded in (done once by the loaders). The Q/K/V projections are one fused
 //! matrix, as are the gate and up projections.
+//!
+//! This is where the devices meet: each pass computes with MLX's operations
+//! where no kernel of ours applies, with the CPU's (`crate::cpu`) or the
+//! GPU's (`crate::cuda`) where they do, chosen per pass by `Placement`.
+//! The model's data (`crate::model`) and the devices' kernels lie below it;
+//! the compiled decode step ([`decode_step`]) drives it with fixed-shape
+//! targets (`kv_target`).
 
-use mlx_core::device::{default_device, Device};
-use mlx_core::fast::{rms_norm, scaled_dot_product_attention, AttentionMask};
+mod attention;
+pub mod decode_step;
+pub(crate) mod kv_target;
+mod placement;
+
+use mlx_core::fast::rms_norm;
 use mlx_core::{Array, Dtype, Function};
 
 use crate::cache::turbo::{rotate, unrotate};
-use crate::cache::{
-    Attend, CacheError, CacheFormat, KeyMask, KvCache, KvStore, LayerCache, RotatingKvCache,
+use crate::cache::{KeyMask, KvStore, LayerCache};
+use crate::cpu::gelu as cpu_gelu;
+use crate::cpu::layer::{self as cpu_layer, decode_layer_cpu, CpuBlock};
+use crate::cuda::{
+    decode_layer, grid_barrier, qk_norm_rope, resident_blocks, residual_norms, LayerWeights, Rotary,
 };
-use crate::config::Gemma3Config;
-use crate::cpu_gelu;
-use crate::cpu_layer::{self, decode_layer_cpu, CpuBlock};
-use crate::cpu_prompt_attention::{self, RowMask};
-use crate::kernels::{
-    decode_attention_stored, decode_layer, grid_barrier, qk_norm_rope, resident_blocks,
-    residual_norms, LayerGeometry, LayerWeights, Rotary,
-};
-use crate::kv_target::{FixedTarget, KvTarget};
-use crate::linear::Linear;
-use crate::weights::gguf::GgufDtype;
-
-/// Errors of the forward pass.
-#[derive(Debug, thiserror::Error)]
-pub enum ModelError {
-    /// An MLX operation failed.
-    #[error(transparent)]
-    Mlx(#[from] mlx_core::Error),
-    /// A cache operation failed.
-    #[error(transparent)]
-    Cache(#[from] CacheError),
-    /// The caller passed something the model cannot take.
-    #[error("{0}")]
-    Input(String),
-}
-
-/// One transformer block's weights.
-#[derive(Debug, Clone)]
-pub struct Layer {
-    /// Pre-attention RMSNorm weight (1 + w).
-    pub input_norm: Array,
-    /// Fused `[q; k; v]` projection, `[(Hq + 2·Hkv)·D, hidden]`.
-    pub qkv_proj: Linear,
-    /// Output projection, `[hidden, Hq·D]`.
-    pub o_proj: Linear,
-    /// Per-head query RMSNorm weight (1 + w).
-    pub q_norm: Array,
-    /// Per-head key RMSNorm weight (1 + w).
-    pub k_norm: Array,
-    /// Post-attention RMSNorm weight (1 + w).
-    pub post_attention_norm: Array,
-    /// Pre-MLP RMSNorm weight (1 + w).
-    pub pre_feedforward_norm: Array,
-    /// Fused `[gate; up]` projection, `[2·intermediate, hidden]`.
-    pub gate_up_proj: Linear,
-    /// Down projection, `[hidden, intermediate]`.
-    pub down_proj: Linear,
-    /// Post-MLP RMSNorm weight (1 + w).
-    pub post_feedforward_norm: Array,
-}
-
-impl Layer {
-    /// Every weight array of the block.
-    pub fn arrays(&self) -> Vec<&Array> {
-        let mut out = self.norms().to_vec();
-        for p in self.projections() {
-            out.extend(p.arrays());
-        }
-        out
-    }
-
-    /// The six norms' weights: input, q, k, post-attention, pre- and
-    /// post-feedforward.
-    pub fn norms(&self) -> [&Array; 6] {
-        [
-            &self.input_norm,
-            &self.q_norm,
-            &self.k_norm,
-            &self.post_attention_norm,
-            &self.pre_feedforward_norm,
-            &self.post_feedforward_norm,
-        ]
-    }
-
-    /// The four projections: Q/K/V, output, gate/up, down.
-    pub fn projections(&self) -> [&Linear; 4] {
-        [
-            &self.qkv_proj,
-            &self.o_proj,
-            &self.gate_up_proj,
-            &self.down_proj,
-        ]
-    }
-
-    /// The block's weights as [`decode_layer`] takes them; `None` when a
-    /// projection is quantized.
-    pub fn dense_weights(&self) -> Option<LayerWeights<'_>> {
-        let (Linear::Dense(qkv), Linear::Dense(o), Linear::Dense(gate_up), Linear::Dense(down)) = (
-            &self.qkv_proj,
-            &self.o_proj,
-            &self.gate_up_proj,
-            &self.down_proj,
-        ) else {
-            return None;
-        };
-        Some(LayerWeights {
-            input_norm: &self.input_norm,
-            qkv,
-            q_norm: &self.q_norm,
-            k_norm: &self.k_norm,
-            o,
-            post_attention_norm: &self.post_attention_norm,
-            pre_feedforward_norm: &self.pre_feedforward_norm,
-            gate_up,
-            down,
-            post_feedforward_norm: &self.post_feedforward_norm,
-        })
-    }
-}
-
-/// A loaded Gemma 3 text model.
-#[derive(Debug, Clone)]
-pub struct Gemma3 {
-    /// The hyperparameters.
-    pub config: Gemma3Config,
-    /// The compute dtype of activations.
-    pub dtype: Dtype,
-    /// Token embeddings `[vocab, hidden]`, also the (tied) output projection.
-    pub embed: Linear,
-    /// The transformer blocks.
-    pub layers: Vec<Layer>,
-    /// Final RMSNorm weight (1 + w).
-    pub norm: Array,
-    /// Whether to run our GPU kernels of [`crate::kernels`] when computing on
-    /// the GPU (off by default: MLX's own operations): one kernel per block
-    /// in fixed-shape decode steps, smaller fused kernels otherwise.
-    pub gpu_kernels: bool,
-}
+use crate::model::{Gemma3, Layer, ModelError};
+pub use attention::cache_attention;
+use attention::{attend_to, decode_turbo};
+use kv_target::{FixedTarget, KvTarget};
+use placement::Placement;
 
 impl Gemma3 {
-    /// One cache per layer: rotating (window-sized) for sliding layers, plain
-    /// for global ones, all storing keys and values in `format`.
-    pub fn make_caches(&self, format: CacheFormat) -> Result<Vec<LayerCache>, ModelError> {
-        let dim = self.config.head_dim as i32;
-        format.keys.validate(dim)?;
-        format.values.validate(dim)?;
-        (0..self.config.num_hidden_layers)
-            .map(|i| {
-                Ok(if self.config.is_sliding(i) {
-                    LayerCache::Rotating(RotatingKvCache::new(
-                        self.config.sliding_window as i32,
-                        format,
-                    )?)
-                } else {
-                    LayerCache::Plain(KvCache::new(format))
-                })
-            })
-            .collect()
-    }
-
     /// Logits `[B, L, vocab]` for token ids `[B, L]` (int32) following what
     /// `caches` hold; the caches take the new tokens.
     pub fn forward(&self, tokens: &Array, caches: &mut [LayerCache]) -> Result<Array, ModelError> {
@@ -194,7 +65,7 @@ impl Gemma3 {
     /// Logits of final normalized hidden states `[B, L, hidden]` (the tied
     /// embedding).
     pub fn logits(&self, hidden: &Array) -> Result<Array, ModelError> {
-        Ok(self.embed.forward_with(hidden, self.placement()?.kernels)?)
+        Ok(self.embed.forward_with(hidden, self.placement()?.dense())?)
     }
 
     /// [`Gemma3::hidden`] with each layer's keys and values going to `targets`.
@@ -257,7 +128,7 @@ impl Gemma3 {
         let barrier = grid_barrier()?;
         let blocks = resident_blocks()?;
         self.kernel_blocks(h, targets, |i, layer, fixed, x| {
-            let Some(weights) = layer.dense_weights() else {
+            let Some(weights) = LayerWeights::of(layer) else {
                 return Ok(None);
             };
             let geometry = self.layer_geometry(i);
@@ -274,7 +145,7 @@ impl Gemma3 {
 
     /// The final normalized hidden state of one token `h` (embedded,
     /// `[1, 1, H]`, float32) through every block as operations of ours on
-    /// the CPU (`cpu_layer.rs`), each block's key and value going to its
+    /// the CPU (`crate::cpu::layer`), each block's key and value going to its
     /// target in the target's format: one operation per block where the
     /// target is a compiled step's float32 buffers, three otherwise (the
     /// eager pass, compressed stores), with the same arithmetic, so that the
@@ -349,7 +220,7 @@ impl Gemma3 {
     }
 
     /// Whether the compiled decode step runs every block as one CPU
-    /// operation of ours on the CPU (`cpu_layer.rs`): each block's
+    /// operation of ours on the CPU (`crate::cpu::layer`): each block's
     /// projections are on our CPU kernels (weights as stored, 8-bit
     /// activations or GGUF blocks) and the model computes in float32.
     pub fn has_cpu_layers(&self) -> mlx_core::Result<bool> {
@@ -362,32 +233,6 @@ impl Gemma3 {
             }
         }
         Ok(true)
-    }
-
-    /// The head layout and constants of block `index`, as
-    /// [`decode_layer`] takes them.
-    pub fn layer_geometry(&self, index: usize) -> LayerGeometry {
-        let c = &self.config;
-        let (rope_base, rope_scale) = self.rope_of(index);
-        LayerGeometry {
-            heads: c.num_attention_heads as i32,
-            kv_heads: c.num_key_value_heads as i32,
-            head_dim: c.head_dim as i32,
-            eps: c.rms_norm_eps,
-            scale: c.attention_scale(),
-            rope_base,
-            rope_scale,
-        }
-    }
-
-    /// RoPE's frequency base and position multiplier of layer `index`.
-    fn rope_of(&self, index: usize) -> (f32, f32) {
-        let c = &self.config;
-        if c.is_sliding(index) {
-            (c.rope_local_base_freq, 1.0)
-        } else {
-            (c.rope_theta, 1.0 / c.rope_scaling.unwrap_or(1.0))
-        }
     }
 
     /// One block on `x` and its input norm `x_normed`: returns the block's
@@ -425,11 +270,10 @@ impl Gemma3 {
     }
 
     fn mlp(&self, layer: &Layer, x: &Array, place: Placement) -> Result<Array, ModelError> {
-        let fused = place.kernels;
         let inter = self.config.intermediate_size as i32;
         let parts = layer
             .gate_up_proj
-            .forward_parts(x, &[inter, inter], fused)?;
+            .forward_parts(x, &[inter, inter], place.dense())?;
         let [gate, up] = parts.as_slice() else {
             return Err(ModelError::Input(
                 "gate/up projection gave the wrong parts".into(),
@@ -443,7 +287,7 @@ impl Gemma3 {
             Some(g) => g,
             None => gated_gelu(gate, up)?,
         };
-        Ok(layer.down_proj.forward_with(&gated, fused)?)
+        Ok(layer.down_proj.forward_with(&gated, place.dense())?)
     }
 
     fn attention(
@@ -465,7 +309,7 @@ impl Gemma3 {
         let (b, l) = (shape[0], shape[1]);
         let parts = layer
             .qkv_proj
-            .forward_parts(x, &[hq * d, hkv * d, hkv * d], fused)?;
+            .forward_parts(x, &[hq * d, hkv * d, hkv * d], place.dense())?;
         let [q, k, v] = parts.as_slice() else {
             return Err(ModelError::Input(
                 "q/k/v projection gave the wrong parts".into(),
@@ -496,40 +340,7 @@ impl Gemma3 {
             out = out.astype(q.dtype())?;
         }
         let out = out.transpose(&[0, 2, 1, 3])?.reshape(&[b, l, hq * d])?;
-        Ok(layer.o_proj.forward_with(&out, fused)?)
-    }
-
-    /// Bytes held by the weights.
-    pub fn weight_bytes(&self) -> usize {
-        self.arrays().iter().map(|a| a.nbytes()).sum()
-    }
-
-    /// The GGUF block types held as stored, each once, in the order met
-    /// (embedding first); empty when no weight is.
-    pub fn gguf_block_types(&self) -> Vec<GgufDtype> {
-        let mut types = self.embed.gguf_types();
-        for l in &self.layers {
-            for p in l.projections() {
-                types.extend(p.gguf_types());
-            }
-        }
-        let mut seen = Vec::new();
-        for t in types {
-            if !seen.contains(&t) {
-                seen.push(t);
-            }
-        }
-        seen
-    }
-
-    /// Every weight array.
-    pub fn arrays(&self) -> Vec<&Array> {
-        let mut out = self.embed.arrays();
-        out.push(&self.norm);
-        for l in &self.layers {
-            out.extend(l.arrays());
-        }
-        out
+        Ok(layer.o_proj.forward_with(&out, place.dense())?)
     }
 }
 
@@ -594,26 +405,6 @@ fn cpu_block_in_parts(
     Ok(block.finish(x, &out)?)
 }
 
-/// Where a forward pass computes, decided once per pass.
-#[derive(Debug, Clone, Copy)]
-struct Placement {
-    /// On the GPU.
-    gpu: bool,
-    /// With our GPU kernels ([`crate::kernels`]).
-    kernels: bool,
-}
-
-impl Placement {
-    /// On the default device, with our kernels if asked for and on the GPU.
-    fn current(gpu_kernels: bool) -> mlx_core::Result<Placement> {
-        let gpu = default_device()? == Device::Gpu;
-        Ok(Placement {
-            gpu,
-            kernels: gpu && gpu_kernels,
-        })
-    }
-}
-
 /// mlx's `gelu_approx`: `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`.
 fn gelu_approx(x: &Array) -> mlx_core::Result<Array> {
     let dtype = x.dtype();
@@ -646,131 +437,5 @@ fn gated_gelu(gate: &Array, up: &Array) -> Result<Array, ModelError> {
         f.call(&[gate, up])?
             .pop()
             .ok_or_else(|| ModelError::Input("the gated GELU returned nothing".into()))
-    })
-}
-
-/// Attention of queries `[B, Hq, L, D]` (RoPE applied, unscaled) over what
-/// a cache returned, on the default device; `gpu_kernels` lets it use our
-/// GPU kernels there. The eager forward pass attends through this.
-pub fn cache_attention(
-    q: &Array,
-    attend: &Attend,
-    scale: f32,
-    gpu_kernels: bool,
-) -> Result<Array, ModelError> {
-    attend_to(q, attend, scale, Placement::current(gpu_kernels)?)
-}
-
-/// Attention of queries `[B, Hq, L, D]` over what a cache returned.
-///
-/// TurboQuant keys and values are decoded in their rotated domain: the
-/// queries are rotated the same way when keys are (the rotation is
-/// orthogonal, so the scores are those of the original vectors), and the
-/// output is rotated back when values are.
-///
-/// Affine-quantized keys and values are read packed by our decode attention
-/// kernel where it takes them, and dequantized for MLX's attention
-/// elsewhere: MLX's CPU `quantized_matmul` is a scalar loop several times
-/// slower than BLAS, and its CUDA one broadcast over grouped-query heads
-/// (more than one key/value head) gave outputs 1.4× the output's size away
-/// from the attention of the dequantized vectors on the H200 (MLX 0.32.4),
-/// and compiled for about a minute on first use.
-///
-/// One query over float or TurboQuant keys and values runs through our
-/// decode attention kernels on the GPU with our kernels on, and always for
-/// the leading-keys mask of the compiled decode step: MLX's masked attention there costs more than the
-/// eager pass saves (1B step at context 128 on the H200: 8.1 ms against
-/// 7.2 ms eager).
-fn attend_to(
-    q: &Array,
-    attend: &Attend,
-    scale: f32,
-    place: Placement,
-) -> Result<Array, ModelError> {
-    let (turbo_keys, turbo_values) = (
-        matches!(attend.keys, KvStore::Turbo(_)),
-        matches!(attend.values, KvStore::Turbo(_)),
-    );
-    let queries = if turbo_keys { rotate(q)? } else { q.clone() };
-    let finish = |out: Array| -> Result<Array, ModelError> {
-        Ok(if turbo_values { unrotate(&out)? } else { out })
-    };
-    if place.gpu {
-        let valid = match &attend.mask {
-            KeyMask::All if place.kernels => {
-                Some(Array::from_slice(&[attend.keys.positions()], &[1])?)
-            }
-            KeyMask::Leading { valid, .. } => Some(valid.clone()),
-            KeyMask::All | KeyMask::Causal | KeyMask::Array(_) => None,
-        };
-        if let Some(valid) = valid {
-            let stored =
-                decode_attention_stored(&queries, &attend.keys, &attend.values, &valid, scale)?;
-            if let Some(out) = stored {
-                return finish(out);
-            }
-        }
-    }
-    if turbo_keys || turbo_values {
-        let decoded = Attend {
-            keys: decode_turbo(&attend.keys, q.dtype())?,
-            values: decode_turbo(&attend.values, q.dtype())?,
-            mask: attend.mask.clone(),
-        };
-        return finish(attend_to(&queries, &decoded, scale, place)?);
-    }
-    let (keys, values) = (
-        attend.keys.decoded(q.dtype())?,
-        attend.values.decoded(q.dtype())?,
-    );
-    if !place.gpu && q.dim(2)? > 1 {
-        if let Some(mask) = prompt_mask(&attend.mask, q, &keys, &values)? {
-            return Ok(cpu_prompt_attention::attend(
-                q, &keys, &values, scale, mask,
-            )?);
-        }
-    }
-    let mask = match &attend.mask {
-        KeyMask::All => AttentionMask::None,
-        KeyMask::Causal => AttentionMask::Causal,
-        KeyMask::Array(m) => AttentionMask::Array(m),
-        KeyMask::Leading { additive, .. } => AttentionMask::Array(additive),
-    };
-    Ok(scaled_dot_product_attention(
-        q, &keys, &values, scale, mask,
-    )?)
-}
-
-/// The mask of a prompt chunk's attention on the CPU through
-/// [`cpu_prompt_attention`]: float32 queries, keys and values, and a mask
-/// of every key, the causal one, or a boolean `[queries, keys]` array;
-/// `None` otherwise (MLX's attention takes the rest).
-fn prompt_mask<'a>(
-    mask: &'a KeyMask,
-    q: &Array,
-    keys: &Array,
-    values: &Array,
-) -> mlx_core::Result<Option<RowMask<'a>>> {
-    if [q, keys, values]
-        .iter()
-        .any(|a| a.dtype() != Dtype::Float32)
-    {
-        return Ok(None);
-    }
-    Ok(match mask {
-        KeyMask::All => Some(RowMask::All),
-        KeyMask::Causal => Some(RowMask::Causal),
-        KeyMask::Array(m) if m.dtype() == Dtype::Bool && m.shape() == [q.dim(2)?, keys.dim(2)?] => {
-            Some(RowMask::Array(m))
-        }
-        KeyMask::Array(_) | KeyMask::Leading { .. } => None,
-    })
-}
-
-/// A TurboQuant store as floats in its rotated domain; any other as it is.
-fn decode_turbo(store: &KvStore, dtype: Dtype) -> Result<KvStore, CacheError> {
-    Ok(match store {
-        KvStore::Turbo(t) => KvStore::Float(t.decode_rotated(dtype)?),
-        other => other.clone(),
     })
 }

@@ -2,8 +2,7 @@
 
 use std::path::PathBuf;
 
-use super::dequant::DequantError;
-use super::dtype::GgufDtype;
+use crate::quant::{DequantError, GgufDtype};
 
 /// A failure to read a GGUF file; its message starts with the file's path.
 #[derive(Debug, thiserror::Error)]

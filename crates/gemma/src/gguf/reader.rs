@@ -7,10 +7,36 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use super::dtype::GgufDtype;
 use super::error::GgufProblem;
 use super::value::GgufValue;
-use super::GgufTensorInfo;
+use crate::quant::GgufDtype;
+
+/// Where one tensor lives in a GGUF file and what it holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GgufTensorInfo {
+    /// The tensor's name, e.g. `blk.0.attn_q.weight`.
+    pub name: String,
+    /// Dimensions in GGUF order: `shape[0]` (ggml's `ne[0]`) varies fastest.
+    pub shape: Vec<u64>,
+    /// Element type.
+    pub dtype: GgufDtype,
+    /// Absolute offset of the data in the file.
+    pub offset: u64,
+    /// Size of the data in bytes.
+    pub n_bytes: u64,
+}
+
+impl GgufTensorInfo {
+    /// Number of elements (1 for a tensor without dimensions).
+    pub fn n_elements(&self) -> u64 {
+        self.shape.iter().product()
+    }
+
+    /// The shape of the same data as a row-major (MLX, numpy) array: the GGUF dimensions reversed.
+    pub fn row_major_shape(&self) -> Vec<u64> {
+        self.shape.iter().rev().copied().collect()
+    }
+}
 
 /// The alignment of tensor data when `general.alignment` is absent.
 pub const DEFAULT_ALIGNMENT: u64 = 32;

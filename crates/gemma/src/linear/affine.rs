@@ -9,8 +9,8 @@
 use mlx_core::block_dot::{affine_rows_dot_available, CpuKernels};
 use mlx_core::{Array, Dtype, QuantizedArray};
 
-use crate::cpu_projection::affine_rows_times;
-use crate::gguf_linear::rows_product;
+use super::rows::rows_product;
+use super::tasks::affine_rows_times;
 
 /// Whether `q`'s single-row products can run through our kernel of
 /// `kernels`: its bits and group size have one in that family, and its
@@ -53,7 +53,7 @@ pub fn times(q: &QuantizedArray, kernels: CpuKernels, x: &Array) -> mlx_core::Re
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::weights::gguf::Int8Row;
+    use crate::quant::Int8Row;
     use mlx_core::quantize;
 
     /// Products of `bits`-bit rows in groups of `group` with one and with

@@ -22,9 +22,11 @@ use mlx_core::device::cuda_multiprocessor_count;
 use mlx_core::kernel::{Launch, OutputSpec, TemplateArg};
 use mlx_core::{Array, Dtype};
 
+use super::program::{kernel_with_header, one, HEADER};
 use super::stored_kv::{self, StoredSide};
-use super::{kernel_with_header, one, HEADER};
-use crate::cache::KvStore;
+use crate::cache::LayerKv;
+use crate::linear::Linear;
+use crate::model::{Layer, LayerGeometry};
 
 /// Warps per block.
 const WARPS: i32 = 16;
@@ -663,45 +665,31 @@ pub struct LayerWeights<'a> {
     pub post_feedforward_norm: &'a Array,
 }
 
-/// Where the block's key and value go and what attention reads: stores of
-/// `[1, Hkv, capacity, D]` in any cache format, written in place at
-/// `write_at` (the new key and value encoded as the eager path encodes
-/// them), attended to on their first `valid` positions; the token's RoPE
-/// position. The three positions are int32 arrays `[1]`. The stores' arrays
-/// must be row-contiguous once evaluated (as the caches' reserved buffers
-/// are): MLX would hand the kernel a contiguous copy of any other, and the
-/// write would be lost.
-#[derive(Debug, Clone, Copy)]
-pub struct LayerKv<'a> {
-    /// Key store (written in place).
-    pub keys: &'a KvStore,
-    /// Value store (written in place).
-    pub values: &'a KvStore,
-    /// RoPE position of the token.
-    pub position: &'a Array,
-    /// Buffer slot of the token.
-    pub write_at: &'a Array,
-    /// Valid leading positions after the write.
-    pub valid: &'a Array,
-}
-
-/// The block's head layout and constants.
-#[derive(Debug, Clone, Copy)]
-pub struct LayerGeometry {
-    /// Query heads.
-    pub heads: i32,
-    /// Key/value heads.
-    pub kv_heads: i32,
-    /// Features per head.
-    pub head_dim: i32,
-    /// RMSNorm epsilon.
-    pub eps: f32,
-    /// Attention scale.
-    pub scale: f32,
-    /// RoPE frequency base.
-    pub rope_base: f32,
-    /// RoPE position multiplier.
-    pub rope_scale: f32,
+impl<'a> LayerWeights<'a> {
+    /// The weights of `layer` as [`decode_layer`] takes them; `None` when a
+    /// projection is quantized.
+    pub fn of(layer: &'a Layer) -> Option<LayerWeights<'a>> {
+        let (Linear::Dense(qkv), Linear::Dense(o), Linear::Dense(gate_up), Linear::Dense(down)) = (
+            &layer.qkv_proj,
+            &layer.o_proj,
+            &layer.gate_up_proj,
+            &layer.down_proj,
+        ) else {
+            return None;
+        };
+        Some(LayerWeights {
+            input_norm: &layer.input_norm,
+            qkv,
+            q_norm: &layer.q_norm,
+            k_norm: &layer.k_norm,
+            o,
+            post_attention_norm: &layer.post_attention_norm,
+            pre_feedforward_norm: &layer.pre_feedforward_norm,
+            gate_up,
+            down,
+            post_feedforward_norm: &layer.post_feedforward_norm,
+        })
+    }
 }
 
 /// The layer kernel's CUDA source as [`decode_layer`] compiles it: its

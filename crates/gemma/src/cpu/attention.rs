@@ -1,5 +1,5 @@
 //! One token's attention over float32 keys and values on the CPU, for the
-//! CPU decode block ([`crate::cpu_layer`]): the query heads that share a
+//! CPU decode block (`super::layer`): the query heads that share a
 //! key/value head read its keys and values once together, and the
 //! positions are split into spans attended on rayon's pool, each with its
 //! own softmax maximum and sum, merged at the end (the split-softmax merge

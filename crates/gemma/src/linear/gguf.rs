@@ -1,6 +1,6 @@
 //! GGUF block-quantized weight matrices used as stored, on the CPU: one row
 //! of activations (decoding) is multiplied by our kernel over the blocks
-//! ([`crate::weights::gguf::rows_times`]), and so are fewer than
+//! ([`crate::quant::rows_times`]), and so are fewer than
 //! [`MIN_INPUTS_FOR_MATMUL`] rows (a short prompt) where the activations
 //! enter as 8-bit integers (`mlx-c`'s kernels decoding each tile of weights
 //! once for all the rows where the family has one for the type, the Rust
@@ -13,8 +13,10 @@ use std::sync::Arc;
 use mlx_core::cpu_kernel::{cpu_kernel, CpuKernelFn};
 use mlx_core::{Array, Dtype};
 
-use crate::cpu_projection::floats;
-use crate::weights::gguf::{dequantize_into, rows_times, Activations, Arithmetic, GgufDtype};
+use mlx_core::cpu_kernel::floats_mut;
+
+use super::rows::rows_product;
+use crate::quant::{dequantize_into, rows_times, Activations, Arithmetic, GgufDtype};
 
 /// Rows of activations from which a product goes through MLX's float32
 /// matmul over the dequantized matrix rather than through our integer
@@ -107,42 +109,9 @@ fn dequantize_rows(bytes: &Array, dtype: GgufDtype, cols: i32) -> mlx_core::Resu
         *last = cols;
     }
     let kernel: Arc<CpuKernelFn> = Arc::new(move |inputs, out| {
-        let out: &mut [f32] = bytemuck::try_cast_slice_mut(out).map_err(|e| e.to_string())?;
+        let out = floats_mut(out)?;
         let bytes = inputs.first().ok_or("dequantizing without an input")?;
         dequantize_into(dtype, bytes, out).map_err(|e| e.to_string())
     });
     cpu_kernel(&[bytes], &shape, Dtype::Float32, kernel)
-}
-
-/// `x @ Wᵀ` in float32 for rows of activations `x` `[..., cols]` against a
-/// matrix of `rows` rows held in the arrays `weights`: an operation whose CPU
-/// kernel hands `product` the weights' bytes (in order) and the rows'
-/// values, and takes the `rows` products of each from it.
-pub(crate) fn rows_product(
-    weights: &[&Array],
-    x: &Array,
-    rows: i32,
-    product: impl Fn(&[&[u8]], &[f32], &mut [f32]) -> Result<(), String> + Send + Sync + 'static,
-) -> mlx_core::Result<Array> {
-    let x = if x.dtype() == Dtype::Float32 {
-        x.clone()
-    } else {
-        x.astype(Dtype::Float32)?
-    };
-    let mut shape = x.shape();
-    if let Some(last) = shape.last_mut() {
-        *last = rows;
-    }
-    let kernel: Arc<CpuKernelFn> = Arc::new(move |inputs, out| {
-        let Some((xb, w)) = inputs.split_last() else {
-            return Err("a row product without inputs".into());
-        };
-        let x = floats(xb)?;
-        let y: &mut [f32] =
-            bytemuck::try_cast_slice_mut(out).map_err(|e| format!("output: {e}"))?;
-        product(w, x, y)
-    });
-    let mut inputs = weights.to_vec();
-    inputs.push(&x);
-    cpu_kernel(&inputs, &shape, Dtype::Float32, kernel)
 }

@@ -428,7 +428,7 @@ fn int_row_dot<const N: usize, const G: usize, F: Format<N, G>>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::weights::gguf::dequantize;
+    use crate::quant::dequantize;
 
     /// Random blocks of `dtype` whose f16 fields are finite: bytes from a
     /// small generator, every f16 field overwritten with 0.0123 or -0.0456.
