@@ -40,7 +40,7 @@ def stamped_body():
         return body[:j] + text + body[j:]
 
     body = insert("const float inv = rsqrtf(gemma_block_sum(ss, red) / H + EPS);", " STAMP(12);")
-    body = insert("    gemma_rows<PAIR, WARPS>(w_qkv,", "    STAMP(13);\n", after=False)
+    body = insert("    if constexpr (WQF == 0 && WKF == 0 && WVF == 0) {", "    STAMP(13);\n", after=False)
     body = insert("      const int chunk = (n + S - 1) / S;", "      STAMP(14);\n", after=False)
     body = insert("      // The warps' partial outputs, one query head at a time.", "      STAMP(15);\n", after=False)
     body = insert("      if (last_split) {", "      STAMP(16);\n", after=False)
@@ -70,11 +70,15 @@ def run(tag, scalars, hidden, inter, heads, kv_heads, dim, capacity, valid):
         return mx.array([v] * width, dtype=mx.int32)
 
     unused = mx.zeros((1,), dt)
-    # The inputs in SOURCE["inputs"] order, the KV cache as float data with
+    # The inputs in SOURCE["inputs"] order: dense bfloat16 projections (a
+    # fused matrix handed in as each of its parts, the unused scale and bias
+    # inputs of that format beside each), the KV cache as float data with
     # the unused scale and bias inputs of that format.
-    w = [r(1, 1, hidden), r(hidden) + 1, r((heads + 2 * kv_heads) * dim, hidden), r(dim) + 1,
-         r(dim) + 1, r(hidden, heads * dim), r(hidden) + 1, r(hidden) + 1,
-         r(2 * inter, hidden), r(hidden, inter), r(hidden) + 1,
+    qkv, gate_up = r((heads + 2 * kv_heads) * dim, hidden), r(2 * inter, hidden)
+    u = [unused, unused]
+    w = [r(1, 1, hidden), r(hidden) + 1, qkv, *u, qkv, *u, qkv, *u, r(dim) + 1, r(dim) + 1,
+         r(hidden, heads * dim), *u, r(hidden) + 1, r(hidden) + 1, gate_up, *u, gate_up, *u,
+         r(hidden, inter), *u, r(hidden) + 1,
          scalar(valid - 1), scalar(valid - 1), scalar(valid),
          r(1, kv_heads, capacity, dim), unused, unused,
          r(1, kv_heads, capacity, dim), unused, unused]
@@ -96,7 +100,9 @@ def run(tag, scalars, hidden, inter, heads, kv_heads, dim, capacity, valid):
             inputs=[x] + w[1:] + [barrier],
             template=[("T", dt), ("D", dim), ("HQ", heads), ("HKV", kv_heads), ("QB", qb), ("PAIR", 1),
                       ("WARPS", 16), ("SMEM", smem), ("KF", 0), ("KB", 0), ("KG", 0),
-                      ("VF", 0), ("VB", 0), ("VG", 0)],
+                      ("VF", 0), ("VB", 0), ("VG", 0), ("INTER", inter)]
+            + [(f"W{p}{t}", 0 if t == "F" else 1) for p in "QKVOGUD" for t in "FBG"]
+            + [("WQO", 0), ("WKO", heads * dim), ("WVO", (heads + kv_heads) * dim), ("WGO", 0), ("WUO", inter)],
             grid=(BLOCKS * 512, 1, 1), threadgroup=(512, 1, 1),
             output_shapes=[(1, 1, hidden), ((heads + 2 * kv_heads) * dim + 2 * heads * dim + 3 * hidden + inter,),
                            (heads * splits * (dim + 2),), (BLOCKS * STAMPS,)],

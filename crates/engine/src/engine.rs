@@ -56,23 +56,30 @@ pub struct ModelMetadata {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct ProductPath {
     /// How the weights are held: `native` (GGUF blocks as stored, on our
-    /// CPU kernels) or `dequantized` (MLX's operations, the path that
+    /// CPU or GPU kernels) or `dequantized` (MLX's operations, the path that
     /// matches mlx-lm).
     pub weights: &'static str,
-    /// With native weights, how activations enter the products: `int8` or
-    /// `f32`; `null` otherwise.
+    /// With native weights on the CPU, how activations enter the products:
+    /// `int8` or `f32`; `null` otherwise (on the GPU they stay in the
+    /// compute dtype).
     pub activations: Option<&'static str>,
     /// The family of our CPU kernels that computes the products
     /// (`portable`, `avx2`, `avx512`; float32 activations always take the
-    /// portable one); `null` where none of ours does (dequantized weights).
+    /// portable one); `null` where none of ours does (dequantized weights,
+    /// the GPU).
     pub cpu_kernels: Option<&'static str>,
 }
 
 impl ProductPath {
-    /// The path of weights held as `weights`.
-    pub fn of(weights: WeightStorage) -> ProductPath {
+    /// The path of weights held as `weights`, on the GPU or the CPU.
+    pub fn of(weights: WeightStorage, gpu: bool) -> ProductPath {
         match weights {
             WeightStorage::Dequantized => ProductPath {
+                weights: weights.name(),
+                activations: None,
+                cpu_kernels: None,
+            },
+            WeightStorage::Native(_) if gpu => ProductPath {
                 weights: weights.name(),
                 activations: None,
                 cpu_kernels: None,
@@ -198,6 +205,7 @@ impl Engine {
 
     /// How the model's products compute.
     pub fn products(&self) -> ProductPath {
-        ProductPath::of(self.loaded.weights)
+        let gpu = device::default_device().is_ok_and(|d| d == device::Device::Gpu);
+        ProductPath::of(self.loaded.weights, gpu)
     }
 }

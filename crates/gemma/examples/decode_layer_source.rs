@@ -5,6 +5,6 @@
 
 fn main() {
     let (header, body, inputs) = gemma::cuda::decode_layer_source();
-    let json = serde_json::json!({ "header": header, "body": body, "inputs": inputs });
+    let json = serde_json::json!({ "header": header, "body": body, "inputs": inputs.to_vec() });
     println!("{json}");
 }

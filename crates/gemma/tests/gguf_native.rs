@@ -8,8 +8,11 @@
 //! `<workspace>/target/model/gemma-3-270m-q4_k_m.gguf` and skip, saying so,
 //! when it is missing.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
+use common::diff::kl_divergence;
 use gemma::cache::CacheFormat;
 use gemma::linear::Linear;
 use gemma::load::{
@@ -182,17 +185,6 @@ fn native_weights_refuse_another_compute_dtype_by_name() {
         message.contains("gemma-3-270m-q4_k_m.gguf") && message.contains("float32 only"),
         "{message}"
     );
-}
-
-/// KL(p ‖ q) of two rows of logits, in nats.
-fn kl_divergence(p_logits: &[f32], q_logits: &[f32]) -> f64 {
-    let log_softmax = |row: &[f32]| -> Vec<f64> {
-        let top = row.iter().fold(f32::MIN, |m, &v| m.max(v)) as f64;
-        let sum: f64 = row.iter().map(|&v| (v as f64 - top).exp()).sum();
-        row.iter().map(|&v| v as f64 - top - sum.ln()).collect()
-    };
-    let (p, q) = (log_softmax(p_logits), log_softmax(q_logits));
-    p.iter().zip(&q).map(|(lp, lq)| lp.exp() * (lp - lq)).sum()
 }
 
 /// KL divergences of `int8`'s next-token distributions from `float`'s over

@@ -6,6 +6,7 @@ mod common;
 use common::fixed_steps::{
     eager, max_diff, mixed, scheduled, tiny_model, tiny_model_with_heads, Steps,
 };
+use common::gpu::{floats, on_gpu};
 use common::models::random_model;
 use gemma::cache::turbo::{rotate, unrotate};
 use gemma::cache::{Attend, CacheFormat, KeyMask, KvFormat, KvStore, LayerKv};
@@ -17,22 +18,8 @@ use gemma::cuda::{
 use gemma::forward::cache_attention;
 use gemma::forward::decode_step::DecodeStep;
 use gemma::model::Gemma3;
-use mlx_core::device::{is_available, set_default_device};
 use mlx_core::fast::RopeOffset;
-use mlx_core::{random, Array, Device, Dtype};
-
-fn on_gpu() -> bool {
-    if !is_available(Device::Gpu).unwrap() {
-        eprintln!("no GPU in this MLX build: this test runs on the GPU machine");
-        return false;
-    }
-    set_default_device(Device::Gpu).unwrap();
-    true
-}
-
-fn floats(a: &Array) -> Vec<f32> {
-    a.astype(Dtype::Float32).unwrap().to_vec::<f32>().unwrap()
-}
+use mlx_core::{random, Array, Dtype};
 
 /// Normal samples of standard deviation `std`, drawn in float32 and cast
 /// to `dtype`.
@@ -474,7 +461,8 @@ fn the_compiled_decode_step_gives_the_same_logits_on_the_gpu() {
 /// rather than falling back).
 fn layer_kernel_takes(model: &Gemma3, format: CacheFormat) -> bool {
     let c = &model.config;
-    let Some(weights) = LayerWeights::of(&model.layers[0]) else {
+    let geometry = model.layer_geometry(0);
+    let Some(weights) = LayerWeights::of(&model.layers[0], geometry, model.dtype).unwrap() else {
         return false;
     };
     let (hkv, d) = (c.num_key_value_heads as i32, c.head_dim as i32);

@@ -24,8 +24,8 @@ use mlx_core::{Array, Dtype};
 
 use super::program::{kernel_with_header, one, HEADER};
 use super::stored_kv::{self, StoredSide};
+use super::weight_rows::{self, WeightRows};
 use crate::cache::LayerKv;
-use crate::linear::Linear;
 use crate::model::{Layer, LayerGeometry};
 
 /// Warps per block.
@@ -40,18 +40,37 @@ const PAIR_ROWS: bool = true;
 /// The largest static shared memory of a kernel, in bytes.
 const SHARED_LIMIT: i32 = 48 * 1024;
 
-/// The kernel's inputs, in order.
-const INPUT_NAMES: [&str; 21] = [
+/// The kernel's inputs, in order. Each projection part's rows come with
+/// their scales and biases (MLX affine rows; a placeholder otherwise); a
+/// fused matrix is handed in as each of its parts.
+const INPUT_NAMES: [&str; 38] = [
     "x",
     "w_in",
-    "w_qkv",
+    "w_q",
+    "w_q_s",
+    "w_q_b",
+    "w_k",
+    "w_k_s",
+    "w_k_b",
+    "w_v",
+    "w_v_s",
+    "w_v_b",
     "q_norm",
     "k_norm",
     "w_o",
+    "w_o_s",
+    "w_o_b",
     "w_post_attn",
     "w_pre_ffn",
-    "w_gate_up",
+    "w_gate",
+    "w_gate_s",
+    "w_gate_b",
+    "w_up",
+    "w_up_s",
+    "w_up_b",
     "w_down",
+    "w_down_s",
+    "w_down_b",
     "w_post_ffn",
     "position",
     "write_at",
@@ -178,6 +197,34 @@ struct gemma_kv_held<F, BITS, GS, D, E, T, S, B, true> {
   }
 };
 
+// Rows 0 … N − 1 of a projection in up to three parts (rows below N0 from
+// part 0, below N0 + N1 from part 1, the rest from part 2, each part's rows
+// from its row offset O in its array, in format F with bits B and group G)
+// dotted with the block's `xs` (`K` values) into `out`, rounded to `U`.
+// Rows are dealt to the blocks in turn, then to their warps, as in
+// `gemma_rows`; a warp reads one row at a time.
+template <int F0, int B0, int G0, int O0, int F1, int B1, int G1, int O1, int F2, int B2, int G2, int O2,
+          int WARPS_, typename U, typename P0, typename S0, typename P1, typename S1, typename P2, typename S2>
+__device__ __forceinline__ void gemma_part_rows(
+    const P0* d0, const S0* s0, const S0* b0, int N0, const P1* d1, const S1* s1, const S1* b1, int N1,
+    const P2* d2, const S2* s2, const S2* b2, int N, int K, const U* xs, U* out) {
+  const int lane = threadIdx.x & 31;
+  const int first = blockIdx.x + gridDim.x * (threadIdx.x >> 5);
+  const int step = gridDim.x * WARPS_;
+  for (int n = first; n < N; n += step) {
+    float acc;
+    if (n < N0) {
+      acc = gemma_wdot_lane<F0, B0, G0, S0>(d0, s0, b0, O0 + n, K, xs, lane);
+    } else if (n < N0 + N1) {
+      acc = gemma_wdot_lane<F1, B1, G1, S1>(d1, s1, b1, O1 + n - N0, K, xs, lane);
+    } else {
+      acc = gemma_wdot_lane<F2, B2, G2, S2>(d2, s2, b2, O2 + n - N0 - N1, K, xs, lane);
+    }
+    acc = gemma_rows_sum(acc);
+    if (lane == 0) out[n] = static_cast<U>(acc);
+  }
+}
+
 // mlx's gelu_approx(g) · u, rounding to `U` after every operation as MLX's
 // fused elementwise kernel does.
 template <typename U>
@@ -260,7 +307,7 @@ const DECODE_LAYER: &str = r#"
   const int lane = tid & 31;
   const int warp = tid >> 5;
   const int H = w_in_shape[0];
-  const int I = w_down_shape[1];
+  const int I = INTER;
   const int NQKV = (HQ + 2 * HKV) * D;
   const int capacity = k_data_shape[2];
   const int n_valid = valid[0] < capacity ? valid[0] : capacity;
@@ -293,7 +340,12 @@ const DECODE_LAYER: &str = r#"
       xs[i] = w_in[i] * static_cast<T>(static_cast<float>(x[i]) * inv);
     }
     __syncthreads();
-    gemma_rows<PAIR, WARPS>(w_qkv, NQKV, H, xs, qkv);
+    if constexpr (WQF == 0 && WKF == 0 && WVF == 0) {
+      gemma_rows<PAIR, WARPS>(reinterpret_cast<const T*>(w_q), NQKV, H, xs, qkv);
+    } else {
+      gemma_part_rows<WQF, WQB, WQG, WQO, WKF, WKB, WKG, WKO, WVF, WVB, WVG, WVO, WARPS>(
+          w_q, w_q_s, w_q_b, HQ * D, w_k, w_k_s, w_k_b, HKV * D, w_v, w_v_s, w_v_b, NQKV, H, xs, qkv);
+    }
     const float pos = static_cast<float>(position[0]);
     for (int i = tid; i < HALF; i += THREADS) {
       const float d = static_cast<float>(i) / static_cast<float>(HALF);
@@ -549,7 +601,12 @@ const DECODE_LAYER: &str = r#"
   {
     for (int i = tid; i < HQ * D; i += THREADS) xs[i] = gemma_load(attn + i);
     __syncthreads();
-    gemma_rows<PAIR, WARPS>(w_o, H, HQ * D, xs, o);
+    if constexpr (WOF == 0) {
+      gemma_rows<PAIR, WARPS>(reinterpret_cast<const T*>(w_o), H, HQ * D, xs, o);
+    } else {
+      gemma_part_rows<WOF, WOB, WOG, 0, WOF, WOB, WOG, 0, WOF, WOB, WOG, 0, WARPS>(
+          w_o, w_o_s, w_o_b, H, w_o, w_o_s, w_o_b, 0, w_o, w_o_s, w_o_b, H, HQ * D, xs, o);
+    }
   }
   gemma_grid_sync(bar, G);
 
@@ -577,9 +634,15 @@ const DECODE_LAYER: &str = r#"
     }
     __syncthreads();
     for (int j = blockIdx.x + G * warp; j < I; j += G * WARPS) {
-      const T* rows[2] = {w_gate_up + static_cast<size_t>(j) * H, w_gate_up + static_cast<size_t>(I + j) * H};
       float gu[2];
-      gemma_dots<2>(rows, xs, H, lane, gu);
+      if constexpr (WGF == 0 && WUF == 0) {
+        const T* gate_up = reinterpret_cast<const T*>(w_gate);
+        const T* rows[2] = {gate_up + static_cast<size_t>(j) * H, gate_up + static_cast<size_t>(I + j) * H};
+        gemma_dots<2>(rows, xs, H, lane, gu);
+      } else {
+        gu[0] = gemma_rows_sum(gemma_wdot_lane<WGF, WGB, WGG>(w_gate, w_gate_s, w_gate_b, WGO + j, H, xs, lane));
+        gu[1] = gemma_rows_sum(gemma_wdot_lane<WUF, WUB, WUG>(w_up, w_up_s, w_up_b, WUO + j, H, xs, lane));
+      }
       if (lane == 0) act[j] = gemma_gated_gelu(static_cast<T>(gu[0]), static_cast<T>(gu[1]));
     }
   }
@@ -589,7 +652,12 @@ const DECODE_LAYER: &str = r#"
   {
     for (int i = tid; i < I; i += THREADS) xs[i] = gemma_load(act + i);
     __syncthreads();
-    gemma_rows<PAIR, WARPS>(w_down, H, I, xs, dn);
+    if constexpr (WDF == 0) {
+      gemma_rows<PAIR, WARPS>(reinterpret_cast<const T*>(w_down), H, I, xs, dn);
+    } else {
+      gemma_part_rows<WDF, WDB, WDG, 0, WDF, WDB, WDG, 0, WDF, WDB, WDG, 0, WARPS>(
+          w_down, w_down_s, w_down_b, H, w_down, w_down_s, w_down_b, 0, w_down, w_down_s, w_down_b, H, I, xs, dn);
+    }
   }
   gemma_grid_sync(bar, G);
 
@@ -640,44 +708,58 @@ pub fn grid_barrier() -> mlx_core::Result<Array> {
     mlx_core::zeros(&[32 + MAX_HEADS], Dtype::Int32)
 }
 
-/// One block's weights, dense, all of the compute dtype.
+/// One block's weights as [`decode_layer`] reads them: norms of the compute
+/// dtype, projections in any format of [`WeightRows`].
 #[derive(Debug, Clone, Copy)]
 pub struct LayerWeights<'a> {
     /// Input RMSNorm `[H]` (1 + w).
     pub input_norm: &'a Array,
-    /// Fused Q/K/V projection `[(Hq + 2·Hkv)·D, H]`.
-    pub qkv: &'a Array,
+    /// The Q, K and V rows (`[Hq·D, H]`, `[Hkv·D, H]` twice), each with its
+    /// first row in its array (a fused matrix is each of its parts).
+    pub qkv: [(WeightRows<'a>, i32); 3],
     /// Query head norm `[D]`.
     pub q_norm: &'a Array,
     /// Key head norm `[D]`.
     pub k_norm: &'a Array,
     /// Output projection `[H, Hq·D]`.
-    pub o: &'a Array,
+    pub o: WeightRows<'a>,
     /// Post-attention RMSNorm `[H]`.
     pub post_attention_norm: &'a Array,
     /// Pre-MLP RMSNorm `[H]`.
     pub pre_feedforward_norm: &'a Array,
-    /// Fused gate/up projection `[2·I, H]`.
-    pub gate_up: &'a Array,
+    /// The gate and up rows (`[I, H]` each), each with its first row.
+    pub gate_up: [(WeightRows<'a>, i32); 2],
     /// Down projection `[H, I]`.
-    pub down: &'a Array,
+    pub down: WeightRows<'a>,
     /// Post-MLP RMSNorm `[H]`.
     pub post_feedforward_norm: &'a Array,
 }
 
 impl<'a> LayerWeights<'a> {
-    /// The weights of `layer` as [`decode_layer`] takes them; `None` when a
-    /// projection is quantized.
-    pub fn of(layer: &'a Layer) -> Option<LayerWeights<'a>> {
-        let (Linear::Dense(qkv), Linear::Dense(o), Linear::Dense(gate_up), Linear::Dense(down)) = (
-            &layer.qkv_proj,
-            &layer.o_proj,
-            &layer.gate_up_proj,
-            &layer.down_proj,
-        ) else {
-            return None;
+    /// The weights of `layer` (head layout `g`) as [`decode_layer`] takes
+    /// them in `dtype`; `None` where a projection is in a format it does
+    /// not read.
+    pub fn of(
+        layer: &'a Layer,
+        g: LayerGeometry,
+        dtype: Dtype,
+    ) -> mlx_core::Result<Option<LayerWeights<'a>>> {
+        let (hq, hkv, d) = (g.heads, g.kv_heads, g.head_dim);
+        let inter = layer.gate_up_proj.out_rows()? / 2;
+        let qkv = WeightRows::parts(&layer.qkv_proj, &[hq * d, hkv * d, hkv * d], dtype)?;
+        let gate_up = WeightRows::parts(&layer.gate_up_proj, &[inter, inter], dtype)?;
+        let o = WeightRows::of(&layer.o_proj, dtype)?;
+        let down = WeightRows::of(&layer.down_proj, dtype)?;
+        let (Some(qkv), Some(gate_up), Some(o), Some(down)) = (qkv, gate_up, o, down) else {
+            return Ok(None);
         };
-        Some(LayerWeights {
+        let (Ok(qkv), Ok(gate_up)) = (
+            <[(WeightRows<'a>, i32); 3]>::try_from(qkv),
+            <[(WeightRows<'a>, i32); 2]>::try_from(gate_up),
+        ) else {
+            return Ok(None);
+        };
+        Ok(Some(LayerWeights {
             input_norm: &layer.input_norm,
             qkv,
             q_norm: &layer.q_norm,
@@ -688,7 +770,15 @@ impl<'a> LayerWeights<'a> {
             gate_up,
             down,
             post_feedforward_norm: &layer.post_feedforward_norm,
-        })
+        }))
+    }
+
+    /// The projection parts in kernel order (Q, K, V, output, gate, up,
+    /// down), with their first rows.
+    fn parts(&self) -> [(WeightRows<'a>, i32); 7] {
+        let [q, k, v] = self.qkv;
+        let [gate, up] = self.gate_up;
+        [q, k, v, (self.o, 0), gate, up, (self.down, 0)]
     }
 }
 
@@ -697,9 +787,13 @@ impl<'a> LayerWeights<'a> {
 /// `constexpr` constants `EPS`, `SCALE`, `LOG2_BASE` and `ROPE_SCALE`), with
 /// the names of its inputs in order, for tools that time its phases
 /// (`xtask/gpu/layer_phases.py`).
-pub fn decode_layer_source() -> (String, String, [&'static str; 21]) {
+pub fn decode_layer_source() -> (String, String, [&'static str; 38]) {
     (
-        format!("{HEADER}{}{LAYER_HEADER}", stored_kv::header()),
+        format!(
+            "{HEADER}{}{}{LAYER_HEADER}",
+            stored_kv::header(),
+            weight_rows::HEADER
+        ),
         DECODE_LAYER.to_string(),
         INPUT_NAMES,
     )
@@ -723,23 +817,42 @@ pub fn decode_layer(
     let dtype = x.dtype();
     let (hq, hkv, d) = (g.heads, g.kv_heads, g.head_dim);
     let hidden = w.input_norm.size() as i32;
-    let inter = w.down.dim(1)?;
+    let inter = w.down.cols;
     let bytes = dtype.size_bytes() as i32;
     let (keys, values) = (StoredSide::of(kv.keys), StoredSide::of(kv.values));
     let unused = mlx_core::zeros(&[1], dtype)?;
     let [k_data, k_scales, k_biases] = keys.inputs(&unused);
     let [v_data, v_scales, v_biases] = values.inputs(&unused);
+    let parts = w.parts();
+    let [q, k, v, o, gate, up, down] = parts.map(|(rows, _)| rows.inputs(&unused));
     let inputs = [
         x,
         w.input_norm,
-        w.qkv,
+        q[0],
+        q[1],
+        q[2],
+        k[0],
+        k[1],
+        k[2],
+        v[0],
+        v[1],
+        v[2],
         w.q_norm,
         w.k_norm,
-        w.o,
+        o[0],
+        o[1],
+        o[2],
         w.post_attention_norm,
         w.pre_feedforward_norm,
-        w.gate_up,
-        w.down,
+        gate[0],
+        gate[1],
+        gate[2],
+        up[0],
+        up[1],
+        up[2],
+        down[0],
+        down[1],
+        down[2],
         w.post_feedforward_norm,
         kv.position,
         kv.write_at,
@@ -752,12 +865,26 @@ pub fn decode_layer(
         v_biases,
         barrier,
     ];
-    // The positions and the barrier are int32; the stores as their formats
-    // lay them out; everything else `dtype`.
+    // The positions and the barrier are int32; the stores and the
+    // projections as their formats lay them out; everything else `dtype`.
     let dtypes_fit = inputs.iter().zip(INPUT_NAMES).all(|(a, name)| match name {
         "position" | "write_at" | "valid" | "barrier" => a.dtype() == Dtype::Int32,
-        name if name.starts_with("k_") || name.starts_with("v_") => true,
+        "w_in" | "w_post_attn" | "w_pre_ffn" | "w_post_ffn" => a.dtype() == dtype,
+        name if name.starts_with("k_") || name.starts_with("v_") || name.starts_with("w_") => true,
         _ => a.dtype() == dtype,
+    });
+    // Each part's rows and columns, and its first row within its array.
+    let shapes = [
+        (hq * d, hidden),
+        (hkv * d, hidden),
+        (hkv * d, hidden),
+        (hidden, hq * d),
+        (inter, hidden),
+        (inter, hidden),
+        (hidden, inter),
+    ];
+    let parts_fit = parts.iter().zip(shapes).all(|((rows, first), (n, k))| {
+        rows.suits(dtype) && rows.cols == k && first + n <= rows.rows && *first >= 0
     });
     let store_shape = |data: &Array| data.shape().get(..3).map(<[i32]>::to_vec);
     let widest = hidden.max(inter).max(hq * d) * bytes;
@@ -772,10 +899,7 @@ pub fn decode_layer(
         && [hidden, inter, hq * d]
             .iter()
             .all(|k| (k * bytes) % 16 == 0)
-        && w.qkv.shape() == [(hq + 2 * hkv) * d, hidden]
-        && w.o.shape() == [hidden, hq * d]
-        && w.gate_up.shape() == [2 * inter, hidden]
-        && w.down.shape() == [hidden, inter]
+        && parts_fit
         && k_data.ndim() == 4
         && k_data.dim(0)? == 1
         && k_data.dim(1)? == hkv
@@ -837,12 +961,37 @@ pub fn decode_layer(
         .into_iter()
         .chain(keys.template_args(["KF", "KB", "KG"]))
         .chain(values.template_args(["VF", "VB", "VG"]))
+        .chain(part_args(&parts))
+        .chain([("INTER", TemplateArg::Int(inter))])
         .collect::<Vec<_>>(),
     )?;
     // The scratch outputs are dropped: MLX frees them once the kernel ran.
     let mut out = out;
     out.truncate(1);
     Ok(Some(one(out, "decode layer")?))
+}
+
+/// The template arguments of the projection parts (see [`INPUT_NAMES`]):
+/// each part's format, bits and group, and the first rows of the Q/K/V and
+/// gate/up parts.
+fn part_args(parts: &[(WeightRows<'_>, i32); 7]) -> Vec<(&'static str, TemplateArg)> {
+    const NAMES: [[&str; 4]; 7] = [
+        ["WQF", "WQB", "WQG", "WQO"],
+        ["WKF", "WKB", "WKG", "WKO"],
+        ["WVF", "WVB", "WVG", "WVO"],
+        ["WOF", "WOB", "WOG", ""],
+        ["WGF", "WGB", "WGG", "WGO"],
+        ["WUF", "WUB", "WUG", "WUO"],
+        ["WDF", "WDB", "WDG", ""],
+    ];
+    let mut args = Vec::new();
+    for ((rows, first), [f, b, g, o]) in parts.iter().zip(NAMES) {
+        args.extend(rows.template_args([f, b, g]));
+        if !o.is_empty() {
+            args.push((o, TemplateArg::Int(*first)));
+        }
+    }
+    args
 }
 
 #[cfg(test)]

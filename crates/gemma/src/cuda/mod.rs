@@ -10,11 +10,15 @@ mod decode_layer;
 mod greedy;
 mod program;
 mod stored_kv;
+mod weight_rows;
 
 pub use decode_layer::{
     decode_layer, decode_layer_source, grid_barrier, resident_blocks, LayerWeights,
 };
 pub use greedy::GreedyPick;
+pub use weight_rows::{
+    dequantize_rows, gguf_dequantize, gguf_row, reads_blocks, rows_gemv, WeightRows,
+};
 
 use mlx_core::fast::{rms_norm, rope, RopeOffset};
 use mlx_core::kernel::{Launch, OutputSpec, TemplateArg};

@@ -65,7 +65,9 @@ impl Gemma3 {
     /// Logits of final normalized hidden states `[B, L, hidden]` (the tied
     /// embedding).
     pub fn logits(&self, hidden: &Array) -> Result<Array, ModelError> {
-        Ok(self.embed.forward_with(hidden, self.placement()?.dense())?)
+        Ok(self
+            .embed
+            .forward_with(hidden, self.placement()?.products())?)
     }
 
     /// [`Gemma3::hidden`] with each layer's keys and values going to `targets`.
@@ -87,7 +89,8 @@ impl Gemma3 {
                 tokens.shape()
             )));
         }
-        let mut h = self.embed.rows(tokens)?;
+        let place = self.placement()?;
+        let mut h = self.embed.rows_with(tokens, place.products(), self.dtype)?;
         if h.dtype() != self.dtype {
             h = h.astype(self.dtype)?;
         }
@@ -98,7 +101,6 @@ impl Gemma3 {
         let Some(first) = self.layers.first() else {
             return Ok(rms_norm(&h, Some(&self.norm), self.config.rms_norm_eps)?);
         };
-        let place = self.placement()?;
         if place.kernels {
             if let Some(normed) = self.fused_blocks(&h, targets)? {
                 return Ok(normed);
@@ -109,9 +111,22 @@ impl Gemma3 {
             }
         }
         let mut normed = rms_norm(&h, Some(&first.input_norm), self.config.rms_norm_eps)?;
+        // Several tokens over GGUF blocks on the GPU dequantize each
+        // projection for its product: evaluated a block at a time, so that
+        // only one block's dequantized matrices are held at once (a whole
+        // 12B prompt chunk's graph held 21.7 GB for a 7.3 GB file).
+        let by_block = place.gpu && tokens.dim(1)? > 1;
         for (i, (layer, target)) in self.layers.iter().zip(targets.iter_mut()).enumerate() {
             let next_norm = self.layers.get(i + 1).map_or(&self.norm, |l| &l.input_norm);
             (h, normed) = self.block(i, layer, (&h, &normed), next_norm, target, place)?;
+            if by_block
+                && layer
+                    .projections()
+                    .iter()
+                    .any(|p| !p.gguf_types().is_empty())
+            {
+                mlx_core::eval(&[&h, &normed])?;
+            }
         }
         Ok(normed)
     }
@@ -128,10 +143,10 @@ impl Gemma3 {
         let barrier = grid_barrier()?;
         let blocks = resident_blocks()?;
         self.kernel_blocks(h, targets, |i, layer, fixed, x| {
-            let Some(weights) = LayerWeights::of(layer) else {
+            let geometry = self.layer_geometry(i);
+            let Some(weights) = LayerWeights::of(layer, geometry, self.dtype)? else {
                 return Ok(None);
             };
-            let geometry = self.layer_geometry(i);
             Ok(decode_layer(
                 x,
                 &weights,
@@ -273,7 +288,7 @@ impl Gemma3 {
         let inter = self.config.intermediate_size as i32;
         let parts = layer
             .gate_up_proj
-            .forward_parts(x, &[inter, inter], place.dense())?;
+            .forward_parts(x, &[inter, inter], place.products())?;
         let [gate, up] = parts.as_slice() else {
             return Err(ModelError::Input(
                 "gate/up projection gave the wrong parts".into(),
@@ -287,7 +302,7 @@ impl Gemma3 {
             Some(g) => g,
             None => gated_gelu(gate, up)?,
         };
-        Ok(layer.down_proj.forward_with(&gated, place.dense())?)
+        Ok(layer.down_proj.forward_with(&gated, place.products())?)
     }
 
     fn attention(
@@ -307,9 +322,10 @@ impl Gemma3 {
         );
         let shape = x.shape();
         let (b, l) = (shape[0], shape[1]);
-        let parts = layer
-            .qkv_proj
-            .forward_parts(x, &[hq * d, hkv * d, hkv * d], place.dense())?;
+        let parts =
+            layer
+                .qkv_proj
+                .forward_parts(x, &[hq * d, hkv * d, hkv * d], place.products())?;
         let [q, k, v] = parts.as_slice() else {
             return Err(ModelError::Input(
                 "q/k/v projection gave the wrong parts".into(),
@@ -340,7 +356,7 @@ impl Gemma3 {
             out = out.astype(q.dtype())?;
         }
         let out = out.transpose(&[0, 2, 1, 3])?.reshape(&[b, l, hq * d])?;
-        Ok(layer.o_proj.forward_with(&out, place.dense())?)
+        Ok(layer.o_proj.forward_with(&out, place.products())?)
     }
 }
 

@@ -2,8 +2,8 @@
 
 use mlx_core::device::{default_device, Device};
 
-use crate::cuda::gemv;
-use crate::linear::{mlx_matmul, DenseProduct};
+use crate::cuda::{gemv, gguf_dequantize, gguf_row};
+use crate::linear::{mlx_matmul, BlockProducts, Products};
 
 /// Where a forward pass computes, decided once per pass.
 #[derive(Debug, Clone, Copy)]
@@ -24,13 +24,17 @@ impl Placement {
         })
     }
 
-    /// How a product with dense weights runs: our GEMV kernel for one row
-    /// on the GPU with our kernels, MLX's matmul otherwise.
-    pub(super) fn dense(self) -> DenseProduct {
-        if self.kernels {
-            gemv
-        } else {
-            mlx_matmul
+    /// How products run: dense weights through our GEMV kernel for one row
+    /// on the GPU with our kernels, MLX's matmul otherwise; GGUF blocks as
+    /// stored through our GPU kernels on the GPU, our CPU kernels on the
+    /// CPU.
+    pub(super) fn products(self) -> Products {
+        Products {
+            dense: if self.kernels { gemv } else { mlx_matmul },
+            blocks: self.gpu.then_some(BlockProducts {
+                row: gguf_row,
+                dequantize: gguf_dequantize,
+            }),
         }
     }
 }

@@ -90,6 +90,21 @@ impl GgufMatrix {
         dequantize_rows(&self.bytes.take(indices, 0)?, self.dtype, self.cols)
     }
 
+    /// The matrix made of rows `indices` (any shape), one after another.
+    pub fn taken(&self, indices: &Array) -> mlx_core::Result<GgufMatrix> {
+        let width = self.bytes.dim(1)?;
+        let flat = indices.reshape(&[indices.size() as i32])?;
+        Ok(GgufMatrix {
+            bytes: self
+                .bytes
+                .take(&flat, 0)?
+                .reshape(&[flat.size() as i32, width])?,
+            dtype: self.dtype,
+            cols: self.cols,
+            arithmetic: self.arithmetic,
+        })
+    }
+
     /// The matrix made of rows `start..end`.
     pub fn row_range(&self, start: i32, end: i32) -> mlx_core::Result<GgufMatrix> {
         let width = self.bytes.dim(1)?;

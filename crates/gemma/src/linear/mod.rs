@@ -12,7 +12,7 @@ mod rows;
 mod tasks;
 
 use mlx_core::block_dot::CpuKernels;
-use mlx_core::{concatenate, Array, QuantizedArray};
+use mlx_core::{concatenate, Array, Dtype, QuantizedArray};
 
 use crate::quant::GgufDtype;
 pub use gguf::GgufMatrix;
@@ -25,6 +25,60 @@ pub type DenseProduct = fn(&Array, &Array) -> mlx_core::Result<Array>;
 /// `x @ Wᵀ` by MLX's matmul.
 pub fn mlx_matmul(x: &Array, w: &Array) -> mlx_core::Result<Array> {
     x.linear(w)
+}
+
+/// How the device a forward pass computes on multiplies what a [`Linear`]
+/// holds, where it has kernels of its own.
+#[derive(Debug, Clone, Copy)]
+pub struct Products {
+    /// Products with dense weights.
+    pub dense: DenseProduct,
+    /// Products with GGUF blocks as stored where the device has kernels for
+    /// them (the GPU's); `None`: our CPU kernels ([`GgufMatrix::times`]).
+    pub blocks: Option<BlockProducts>,
+}
+
+impl Products {
+    /// MLX's matmul, and GGUF blocks on our CPU kernels.
+    pub const CPU: Products = Products {
+        dense: mlx_matmul,
+        blocks: None,
+    };
+}
+
+/// Values of a GGUF matrix dequantized at once for a product of several
+/// rows at most (64 Mi: 128 MiB of bfloat16); larger matrices (a large
+/// model's embedding) are multiplied in slices of rows, one evaluated after
+/// another, so that no whole dequantized copy is ever held.
+const MAX_DEQUANTIZED_VALUES: i64 = 1 << 26;
+
+/// `x @ Wᵀ` for several rows of activations against GGUF blocks: each
+/// slice of rows dequantized by `b` into `x`'s dtype, then MLX's matmul.
+fn dequantized_product(x: &Array, g: &GgufMatrix, b: BlockProducts) -> mlx_core::Result<Array> {
+    let rows = g.rows()?;
+    let slice = (MAX_DEQUANTIZED_VALUES / i64::from(g.cols.max(1))).max(1) as i32;
+    if rows <= slice {
+        return x.linear(&(b.dequantize)(g, x.dtype())?);
+    }
+    // Each slice's product evaluated before the next is dequantized.
+    let mut outs = Vec::new();
+    for start in (0..rows).step_by(slice as usize) {
+        let part = g.row_range(start, (start + slice).min(rows))?;
+        let out = x.linear(&(b.dequantize)(&part, x.dtype())?)?;
+        out.eval()?;
+        outs.push(out);
+    }
+    concatenate(&outs.iter().collect::<Vec<_>>(), -1)
+}
+
+/// A device's products with GGUF blocks as stored.
+#[derive(Debug, Clone, Copy)]
+pub struct BlockProducts {
+    /// One row of activations `[..., K]` times the matrix, in the
+    /// activations' dtype.
+    pub row: fn(&Array, &GgufMatrix) -> mlx_core::Result<Array>,
+    /// The matrix as floats of a dtype, `[rows, K]`.
+    pub dequantize: fn(&GgufMatrix, Dtype) -> mlx_core::Result<Array>,
 }
 
 /// A weight matrix `[out, in]` applied as `x @ Wᵀ`.
@@ -47,22 +101,26 @@ pub enum Linear {
 }
 
 impl Linear {
-    /// `x @ Wᵀ`.
+    /// `x @ Wᵀ` on the CPU.
     pub fn forward(&self, x: &Array) -> mlx_core::Result<Array> {
-        self.forward_with(x, mlx_matmul)
+        self.forward_with(x, Products::CPU)
     }
 
-    /// `x @ Wᵀ`, products with dense weights by `dense`.
-    pub fn forward_with(&self, x: &Array, dense: DenseProduct) -> mlx_core::Result<Array> {
+    /// `x @ Wᵀ` with `products`.
+    pub fn forward_with(&self, x: &Array, products: Products) -> mlx_core::Result<Array> {
         match self {
-            Linear::Dense(w) => dense(x, w),
+            Linear::Dense(w) => (products.dense)(x, w),
             Linear::Quantized(q) => q.matmul(x, true),
             Linear::QuantizedCpu(q, kernels) => affine::times(q, *kernels, x),
-            Linear::Gguf(g) => g.times(x),
+            Linear::Gguf(g) => match products.blocks {
+                None => g.times(x),
+                Some(b) if x.size() == g.cols.max(0) as usize => (b.row)(x, g),
+                Some(b) => dequantized_product(x, g, b),
+            },
             Linear::Parts(parts) => {
                 let outs = parts
                     .iter()
-                    .map(|p| p.forward_with(x, dense))
+                    .map(|p| p.forward_with(x, products))
                     .collect::<mlx_core::Result<Vec<_>>>()?;
                 concatenate(&outs.iter().collect::<Vec<_>>(), -1)
             }
@@ -74,18 +132,17 @@ impl Linear {
     /// rows. A single input row runs as one fused product (one pass over the
     /// weights while decoding); several rows run one product per projection,
     /// so prefill rounds exactly as separate projections do (as mlx-lm's).
-    /// The single row's product with dense weights is `dense`'s.
     pub fn forward_parts(
         &self,
         x: &Array,
         sizes: &[i32],
-        dense: DenseProduct,
+        products: Products,
     ) -> mlx_core::Result<Vec<Array>> {
         let rows = x.size() / x.dim(-1)?.max(1) as usize;
         let mut start = 0;
         let mut out = Vec::with_capacity(sizes.len());
         if rows == 1 {
-            let fused = self.forward_with(x, dense)?;
+            let fused = self.forward_with(x, products)?;
             let mut begin = vec![0; fused.ndim()];
             let mut end = fused.shape();
             let strides = vec![1; fused.ndim()];
@@ -99,7 +156,10 @@ impl Linear {
             return Ok(out);
         }
         for &size in sizes {
-            out.push(self.output_rows(start, start + size)?.forward(x)?);
+            out.push(
+                self.output_rows(start, start + size)?
+                    .forward_with(x, products)?,
+            );
             start += size;
         }
         Ok(out)
@@ -153,8 +213,26 @@ impl Linear {
         })
     }
 
-    /// Rows `indices` of the matrix (an embedding lookup), in full precision.
+    /// Rows `indices` of the matrix (an embedding lookup), in full
+    /// precision, on the CPU.
     pub fn rows(&self, indices: &Array) -> mlx_core::Result<Array> {
+        self.rows_with(indices, Products::CPU, Dtype::Float32)
+    }
+
+    /// [`Linear::rows`] with `products` (GGUF rows dequantized by its
+    /// blocks' kernels, in `dtype`).
+    pub fn rows_with(
+        &self,
+        indices: &Array,
+        products: Products,
+        dtype: Dtype,
+    ) -> mlx_core::Result<Array> {
+        if let (Linear::Gguf(g), Some(b)) = (self, products.blocks) {
+            let taken = g.taken(indices)?;
+            let mut shape = indices.shape();
+            shape.push(g.cols);
+            return (b.dequantize)(&taken, dtype)?.reshape(&shape);
+        }
         match self {
             Linear::Dense(w) => w.take(indices, 0),
             Linear::Quantized(q) | Linear::QuantizedCpu(q, _) => QuantizedArray {

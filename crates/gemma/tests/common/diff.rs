@@ -77,3 +77,14 @@ pub fn step_of(position: usize, chunks: &[Vec<u32>]) -> (usize, usize) {
     }
     (chunks.len(), position - start)
 }
+
+/// KL(p ‖ q) of two rows of logits, in nats.
+pub fn kl_divergence(p_logits: &[f32], q_logits: &[f32]) -> f64 {
+    let log_softmax = |row: &[f32]| -> Vec<f64> {
+        let top = row.iter().fold(f32::MIN, |m, &v| m.max(v)) as f64;
+        let sum: f64 = row.iter().map(|&v| (v as f64 - top).exp()).sum();
+        row.iter().map(|&v| v as f64 - top - sum.ln()).collect()
+    };
+    let (p, q) = (log_softmax(p_logits), log_softmax(q_logits));
+    p.iter().zip(&q).map(|(lp, lq)| lp.exp() * (lp - lq)).sum()
+}

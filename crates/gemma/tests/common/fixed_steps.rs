@@ -53,11 +53,13 @@ pub fn evaluated(logits: Array, caches: &[LayerCache]) -> Array {
     logits
 }
 
-/// The parts' logits, concatenated along the sequence.
+/// The parts' logits, concatenated along the sequence, as float32.
 pub fn flat(parts: &[Array]) -> Vec<f32> {
     let parts: Vec<&Array> = parts.iter().collect();
     concatenate(&parts, 1)
         .expect("concatenate")
+        .astype(Dtype::Float32)
+        .expect("float32")
         .to_vec::<f32>()
         .expect("logits")
 }

@@ -7,7 +7,8 @@
 //! - [`ours`] runs crate `gemma`'s forward pass on the same schedules;
 //! - [`diff`] compares logits and says where they differ most;
 //! - [`models`] builds the tiny random model and loads the default model;
-//! - [`fixed_steps`] feeds a tiny model through fixed-shape decode steps.
+//! - [`fixed_steps`] feeds a tiny model through fixed-shape decode steps;
+//! - [`gpu`] makes the GPU the default device for the GPU tests.
 //!
 //! Environment:
 //! - `GEMMA_MLX_PYTHON`: the Python interpreter with mlx-lm 0.32.2 and mlx
@@ -23,6 +24,7 @@
 
 pub mod diff;
 pub mod fixed_steps;
+pub mod gpu;
 pub mod mlx_lm;
 pub mod models;
 pub mod ours;

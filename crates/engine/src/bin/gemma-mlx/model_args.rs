@@ -33,9 +33,11 @@ pub struct ModelArgs {
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(["4", "8"]))]
     pub quantize_weights: Option<String>,
     /// How a GGUF file's block-quantized weights are held: `native` as
-    /// stored, multiplied by our CPU kernels (the CPU in float32 only; the
-    /// default there), or `dequantized` to the compute dtype at load (the
-    /// default elsewhere, and the path that matches mlx-lm's logits). With
+    /// stored, multiplied by our CPU kernels (the default on the CPU in
+    /// float32) or GPU kernels (Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K: a
+    /// quarter of the memory and a fifth of the start-up time), or
+    /// `dequantized` to the compute dtype at load (the default elsewhere,
+    /// and the path that matches mlx-lm's logits). With
     /// `native` and `int8` activations on the CPU, MLX affine 4- and 8-bit
     /// weights (a quantized checkpoint, or `--quantize-weights`) take our
     /// kernel too instead of MLX's `quantized_matmul`.
@@ -142,7 +144,9 @@ impl ModelArgs {
     }
 
     /// How weights are held on `device` in `dtype`: as asked, else as stored
-    /// on the CPU in float32 (our kernels) and dequantized elsewhere.
+    /// on the CPU in float32 (our kernels) and dequantized elsewhere (on the
+    /// GPU our kernels over blocks as stored still decode slower than over
+    /// bfloat16: docs/performance.md).
     pub fn weights(&self, device: Device, dtype: Dtype) -> WeightsArg {
         self.weights.unwrap_or(match (device, dtype) {
             (Device::Cpu, Dtype::Float32) => WeightsArg::Native,

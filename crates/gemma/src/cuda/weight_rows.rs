@@ -1,0 +1,630 @@
+//! Weight rows as the GPU kernels read them, in any of the formats a model
+//! holds its projections in: dense floats of the compute dtype, ggml's
+//! blocks as a GGUF file stores them, or MLX's affine quantization. The
+//! CUDA device functions here give a lane 8 consecutive values of a row as
+//! small integers with their group's scale and offset (decoded in
+//! registers, never written out), and [`WeightRows`] is one projection part
+//! as a kernel's inputs and template arguments.
+//!
+//! Formats (the kernels' `WF` template arguments): 0 dense floats of `T`;
+//! 1 Q4_0, 2 Q5_0, 3 Q8_0, 4 Q4_K, 5 Q5_K, 6 Q6_K (ggml's blocks, values
+//! exactly as `crate::quant` decodes them); 7 MLX affine (`WB`-bit codes
+//! packed least significant bit first in 32-bit words, one scale and bias
+//! of `T` per `WG` values).
+
+use mlx_core::kernel::{Launch, OutputSpec, TemplateArg};
+use mlx_core::{Array, Dtype};
+
+use super::program::{kernel_with_header, one};
+use crate::linear::{GgufMatrix, Linear};
+use crate::quant::GgufDtype;
+
+/// Warps per block of the standalone kernels here.
+const WARPS: i32 = 8;
+
+/// Bytes of activations [`rows_gemv`] holds in shared memory at most.
+const MAX_SHARED_ACTIVATIONS: i32 = 48 * 1024;
+
+/// Values a lane reads at once, and the warp's step: 32 lanes of 8.
+pub(super) const LANE_VALUES: i32 = 8;
+
+/// The CUDA format number of a ggml block type with a decoder here.
+fn block_format(dtype: GgufDtype) -> Option<i32> {
+    Some(match dtype {
+        GgufDtype::Q4_0 => 1,
+        GgufDtype::Q5_0 => 2,
+        GgufDtype::Q8_0 => 3,
+        GgufDtype::Q4_K => 4,
+        GgufDtype::Q5_K => 5,
+        GgufDtype::Q6_K => 6,
+        _ => return None,
+    })
+}
+
+/// Whether the GPU kernels read rows of `dtype` as stored.
+pub fn reads_blocks(dtype: GgufDtype) -> bool {
+    block_format(dtype).is_some()
+}
+
+/// One part of a projection as a kernel reads it: its rows' data and, for
+/// MLX affine rows, their scales and biases.
+#[derive(Debug, Clone, Copy)]
+pub struct WeightRows<'a> {
+    /// The rows: `T` `[rows, K]`, uint8 blocks `[rows, row_bytes]`, or
+    /// uint32 packed codes `[rows, K·bits/32]`.
+    pub data: &'a Array,
+    /// Affine scales `[rows, K / group]` (affine rows only).
+    pub scales: Option<&'a Array>,
+    /// Affine biases, as the scales.
+    pub biases: Option<&'a Array>,
+    /// The CUDA format number (see the module documentation).
+    pub format: i32,
+    /// Affine bits (0 for other formats).
+    pub bits: i32,
+    /// Affine group size (0 for other formats).
+    pub group: i32,
+    /// Rows.
+    pub rows: i32,
+    /// Values per row.
+    pub cols: i32,
+}
+
+impl<'a> WeightRows<'a> {
+    /// The rows of `linear` where a kernel reads them as held: dense
+    /// (`dtype` floats), GGUF blocks of a type with a decoder here, or MLX
+    /// affine rows of 4 or 8 bits in groups of 32, 64 or 128 with `dtype`
+    /// scales and biases; `None` for anything else (stacked parts of other
+    /// types included: [`WeightRows::parts`] takes those).
+    pub fn of(linear: &'a Linear, dtype: Dtype) -> mlx_core::Result<Option<WeightRows<'a>>> {
+        Ok(match linear {
+            Linear::Dense(w) if w.dtype() == dtype && w.ndim() == 2 => Some(WeightRows {
+                data: w,
+                scales: None,
+                biases: None,
+                format: 0,
+                bits: 0,
+                group: 0,
+                rows: w.dim(0)?,
+                cols: w.dim(1)?,
+            }),
+            Linear::Gguf(g) => Self::blocks(g)?,
+            Linear::Quantized(q) | Linear::QuantizedCpu(q, _)
+                if matches!(q.bits, 4 | 8)
+                    && matches!(q.group_size, 32 | 64 | 128)
+                    && q.scales.dtype() == dtype
+                    && q.biases.dtype() == dtype
+                    && q.packed.ndim() == 2 =>
+            {
+                Some(WeightRows {
+                    data: &q.packed,
+                    scales: Some(&q.scales),
+                    biases: Some(&q.biases),
+                    format: 7,
+                    bits: q.bits,
+                    group: q.group_size,
+                    rows: q.packed.dim(0)?,
+                    cols: q.packed.dim(1)? * 32 / q.bits,
+                })
+            }
+            _ => None,
+        })
+    }
+
+    /// The rows of a GGUF matrix, where its type has a decoder here.
+    pub fn blocks(g: &'a GgufMatrix) -> mlx_core::Result<Option<WeightRows<'a>>> {
+        let Some(format) = block_format(g.dtype) else {
+            return Ok(None);
+        };
+        Ok(Some(WeightRows {
+            data: &g.bytes,
+            scales: None,
+            biases: None,
+            format,
+            bits: 0,
+            group: 0,
+            rows: g.rows()?,
+            cols: g.cols,
+        }))
+    }
+
+    /// The parts of `linear` split at `sizes` output rows, each as a kernel
+    /// reads it: one matrix's row ranges (its rows from the part's first,
+    /// read through the same array with a row offset), or the stacked
+    /// parts of a [`Linear::Parts`] whose boundaries fall at `sizes`.
+    /// `None` where some part is not in a format of [`WeightRows::of`].
+    pub fn parts(
+        linear: &'a Linear,
+        sizes: &[i32],
+        dtype: Dtype,
+    ) -> mlx_core::Result<Option<Vec<(WeightRows<'a>, i32)>>> {
+        if let Some(whole) = Self::of(linear, dtype)? {
+            let mut first = 0;
+            let mut out = Vec::with_capacity(sizes.len());
+            for &size in sizes {
+                out.push((whole, first));
+                first += size;
+            }
+            return Ok((first == whole.rows).then_some(out));
+        }
+        let Linear::Parts(parts) = linear else {
+            return Ok(None);
+        };
+        let mut out = Vec::with_capacity(sizes.len());
+        for (part, &size) in parts.iter().zip(sizes) {
+            match Self::of(part, dtype)? {
+                Some(rows) if rows.rows == size => out.push((rows, 0)),
+                _ => return Ok(None),
+            }
+        }
+        Ok((out.len() == sizes.len() && parts.len() == sizes.len()).then_some(out))
+    }
+
+    /// Whether a kernel computing in `dtype` can read these rows: their
+    /// data of the format's dtype, and rows of whole steps of 8 values.
+    pub fn suits(&self, dtype: Dtype) -> bool {
+        let data_dtype = match self.format {
+            0 => dtype,
+            7 => Dtype::Uint32,
+            _ => Dtype::Uint8,
+        };
+        self.data.dtype() == data_dtype
+            && self.cols % LANE_VALUES == 0
+            && (self.format != 7 || self.cols % self.group == 0)
+    }
+
+    /// The kernel inputs: data, scales, biases (`unused` standing in for
+    /// the affine arrays of other formats).
+    pub fn inputs(&self, unused: &'a Array) -> [&'a Array; 3] {
+        [
+            self.data,
+            self.scales.unwrap_or(unused),
+            self.biases.unwrap_or(unused),
+        ]
+    }
+
+    /// The template arguments under `names` (format, bits, group).
+    pub fn template_args(&self, names: [&'static str; 3]) -> [(&'static str, TemplateArg); 3] {
+        [
+            (names[0], TemplateArg::Int(self.format)),
+            (names[1], TemplateArg::Int(self.bits.max(1))),
+            (names[2], TemplateArg::Int(self.group.max(1))),
+        ]
+    }
+}
+
+/// `x @ Wᵀ` for a single row of activations `x` (`[..., K]`, one row, of
+/// the compute dtype) against rows `w` in any format, as one kernel (a warp
+/// per row, the activations in shared memory); the output rounded to `x`'s
+/// dtype as MLX's matmul rounds it.
+pub fn rows_gemv(x: &Array, w: &WeightRows<'_>) -> mlx_core::Result<Array> {
+    let dtype = x.dtype();
+    if x.size() as i32 != w.cols
+        || !w.suits(dtype)
+        || w.cols * dtype.size_bytes() as i32 > MAX_SHARED_ACTIVATIONS
+    {
+        return Err(mlx_core::Error::Host(format!(
+            "a GEMV of {} activations over rows of {} values (format {})",
+            x.size(),
+            w.cols,
+            w.format
+        )));
+    }
+    let unused = mlx_core::zeros(&[1], dtype)?;
+    let [data, scales, biases] = w.inputs(&unused);
+    let kernel = kernel_with_header(
+        "gemma_rows_gemv",
+        (&["x", "w", "w_scales", "w_biases"], &["y"]),
+        GEMV,
+        HEADER,
+        &[],
+    )?;
+    let mut shape = x.shape();
+    if let Some(last) = shape.last_mut() {
+        *last = w.rows;
+    }
+    let out = kernel.apply(
+        &[x, data, scales, biases],
+        &[OutputSpec { shape, dtype }],
+        Launch {
+            grid: [(w.rows + WARPS - 1) / WARPS * WARPS * 32, 1, 1],
+            block: [WARPS * 32, 1, 1],
+        },
+        &[
+            ("T", TemplateArg::Dtype(dtype)),
+            ("K", TemplateArg::Int(w.cols)),
+            ("N", TemplateArg::Int(w.rows)),
+            ("WARPS", TemplateArg::Int(WARPS)),
+        ]
+        .into_iter()
+        .chain(w.template_args(["WF", "WB", "WG"]))
+        .collect::<Vec<_>>(),
+    )?;
+    one(out, "rows GEMV")
+}
+
+/// Rows `w` as `dtype` floats `[rows, K]`: each value `scale · q (+
+/// offset)` in float32 with the rounding of `crate::quant::dequantize` (so
+/// GGUF blocks give ggml's values bit for bit), then rounded once to
+/// `dtype`.
+pub fn dequantize_rows(w: &WeightRows<'_>, dtype: Dtype) -> mlx_core::Result<Array> {
+    if w.format == 0 || !w.suits(dtype) {
+        return Err(mlx_core::Error::Host(format!(
+            "dequantizing rows of format {} and {} values",
+            w.format, w.cols
+        )));
+    }
+    let unused = mlx_core::zeros(&[1], dtype)?;
+    let [data, scales, biases] = w.inputs(&unused);
+    let kernel = kernel_with_header(
+        "gemma_rows_dequantize",
+        (&["w", "w_scales", "w_biases"], &["out"]),
+        DEQUANTIZE,
+        HEADER,
+        &[],
+    )?;
+    let eighths = w.rows * (w.cols / LANE_VALUES);
+    let out = kernel.apply(
+        &[data, scales, biases],
+        &[OutputSpec {
+            shape: vec![w.rows, w.cols],
+            dtype,
+        }],
+        Launch {
+            grid: [(eighths + 255) / 256 * 256, 1, 1],
+            block: [256, 1, 1],
+        },
+        &[
+            ("T", TemplateArg::Dtype(dtype)),
+            (
+                "S",
+                TemplateArg::Dtype(w.scales.map_or(dtype, Array::dtype)),
+            ),
+            ("K", TemplateArg::Int(w.cols)),
+            ("N", TemplateArg::Int(w.rows)),
+        ]
+        .into_iter()
+        .chain(w.template_args(["WF", "WB", "WG"]))
+        .collect::<Vec<_>>(),
+    )?;
+    one(out, "rows dequantize")
+}
+
+/// One row of activations times GGUF blocks, by [`rows_gemv`] where the
+/// activations fit its shared memory, else by MLX's matmul over the
+/// dequantized matrix (types without a decoder here are an error: the
+/// loader dequantizes those).
+pub fn gguf_row(x: &Array, g: &GgufMatrix) -> mlx_core::Result<Array> {
+    if g.cols * x.dtype().size_bytes() as i32 > MAX_SHARED_ACTIVATIONS {
+        return x.linear(&gguf_dequantize(g, x.dtype())?);
+    }
+    rows_gemv(x, &gguf_rows(g)?)
+}
+
+/// GGUF blocks as `dtype` floats, by [`dequantize_rows`].
+pub fn gguf_dequantize(g: &GgufMatrix, dtype: Dtype) -> mlx_core::Result<Array> {
+    dequantize_rows(&gguf_rows(g)?, dtype)
+}
+
+fn gguf_rows(g: &GgufMatrix) -> mlx_core::Result<WeightRows<'_>> {
+    WeightRows::blocks(g)?.ok_or_else(|| {
+        mlx_core::Error::Host(format!("no GPU kernel reads {} blocks as stored", g.dtype))
+    })
+}
+
+/// [`rows_gemv`]'s body: the activations into shared memory, then a warp
+/// per row.
+const GEMV: &str = r#"
+  __shared__ __align__(16) T xs[K];
+  for (int i = threadIdx.x; i < K; i += blockDim.x) xs[i] = x[i];
+  __syncthreads();
+  const int lane = threadIdx.x & 31;
+  const int row = blockIdx.x * WARPS + (threadIdx.x >> 5);
+  if (row >= N) return;
+  const float acc = gemma_rows_sum(gemma_wdot_lane<WF, WB, WG, T>(w, w_scales, w_biases, row, K, xs, lane));
+  if (lane == 0) y[row] = static_cast<T>(acc);
+"#;
+
+/// [`dequantize_rows`]'s body: a thread per 8 values.
+const DEQUANTIZE: &str = r#"
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= N * (K / 8)) return;
+  const int row = t / (K / 8);
+  const int v = (t % (K / 8)) * 8;
+  gemma_w8<WF, WB, WG, S> values;
+  values.load(w, w_scales, w_biases, row, K, v);
+  int q[8];
+  float scale, offset;
+  values.decode(q, scale, offset);
+  constexpr bool OFFSET = WF == 4 || WF == 5 || WF == 7;
+  #pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const float scaled = __fmul_rn(scale, static_cast<float>(q[k]));
+    out[static_cast<size_t>(row) * K + v + k] = static_cast<T>(OFFSET ? __fadd_rn(scaled, offset) : scaled);
+  }
+"#;
+
+/// The device functions; see the module documentation. `gemma_w8<WF, WB,
+/// WG, T>` holds a lane's 8 values `v … v + 7` of a row (`load` fetches
+/// their bytes, in as few loads as their alignment allows; `decode` gives
+/// them as `scale · q[k] + offset`, the 8 values always in one group of 16
+/// or more); `gemma_wdot_lane` dots a row with a vector in shared memory,
+/// a warp per row, each lane taking 8 values of every 256, with 4 to 8 such
+/// steps' loads in flight at once (`gemma_wsteps`: memory latency, not
+/// bandwidth, bounded a lane reading one step at a time, 12B Q4_K_M on the
+/// H200 decoding at 64 tok/s, 0.47 TB/s).
+pub(super) const HEADER: &str = r#"
+__device__ __forceinline__ float gemma_f16_bits(unsigned short bits) {
+  return __half2float(__ushort_as_half(bits));
+}
+
+__device__ __forceinline__ unsigned short gemma_u16(const uint8_t* p) {
+  return *reinterpret_cast<const unsigned short*>(p);
+}
+
+// 8 bytes at `p`, aligned to 2.
+__device__ __forceinline__ unsigned long long gemma_bytes8_a2(const uint8_t* p) {
+  const unsigned short* s = reinterpret_cast<const unsigned short*>(p);
+  return static_cast<unsigned long long>(s[0]) | (static_cast<unsigned long long>(s[1]) << 16) |
+         (static_cast<unsigned long long>(s[2]) << 32) | (static_cast<unsigned long long>(s[3]) << 48);
+}
+
+template <int WF> struct gemma_wblock;
+template <> struct gemma_wblock<1> { static constexpr int VALUES = 32; static constexpr int BYTES = 18; };
+template <> struct gemma_wblock<2> { static constexpr int VALUES = 32; static constexpr int BYTES = 22; };
+template <> struct gemma_wblock<3> { static constexpr int VALUES = 32; static constexpr int BYTES = 34; };
+template <> struct gemma_wblock<4> { static constexpr int VALUES = 256; static constexpr int BYTES = 144; };
+template <> struct gemma_wblock<5> { static constexpr int VALUES = 256; static constexpr int BYTES = 176; };
+template <> struct gemma_wblock<6> { static constexpr int VALUES = 256; static constexpr int BYTES = 210; };
+
+// The start of the block of a row of blocks holding value v, and v's place in it.
+template <int WF>
+__device__ __forceinline__ const uint8_t* gemma_block_at(const void* data, size_t row, int K, int v, int& i) {
+  constexpr int VALUES = gemma_wblock<WF>::VALUES;
+  const size_t row_bytes = static_cast<size_t>(K / VALUES) * gemma_wblock<WF>::BYTES;
+  i = v % VALUES;
+  return reinterpret_cast<const uint8_t*>(data) + row * row_bytes + static_cast<size_t>(v / VALUES) * gemma_wblock<WF>::BYTES;
+}
+
+// Byte `j` of a 16-byte header held in a uint4.
+__device__ __forceinline__ int gemma_hbyte(const uint4& h, int j) {
+  const unsigned int w = j < 4 ? h.x : j < 8 ? h.y : j < 12 ? h.z : h.w;
+  return static_cast<int>((w >> (8 * (j & 3))) & 255);
+}
+
+template <int WF, int WB, int WG, typename T> struct gemma_w8;
+
+// Dense values of T.
+template <int WB, int WG, typename T> struct gemma_w8<0, WB, WG, T> {
+  static constexpr int CHUNKS = static_cast<int>(8 * sizeof(T)) / 16;
+  uint4 w[CHUNKS];
+  __device__ __forceinline__ void load(const void* data, const T*, const T*, size_t row, int K, int v) {
+    const uint4* p = reinterpret_cast<const uint4*>(reinterpret_cast<const T*>(data) + row * K + v);
+    #pragma unroll
+    for (int c = 0; c < CHUNKS; ++c) w[c] = p[c];
+  }
+  __device__ __forceinline__ float dot(const float x[8]) const {
+    const T* t = reinterpret_cast<const T*>(w);
+    float a = 0.0f;
+    #pragma unroll
+    for (int k = 0; k < 8; ++k) a = fmaf(static_cast<float>(t[k]), x[k], a);
+    return a;
+  }
+};
+
+// Q4_0: f16 d, 16 bytes of nibbles (values 0-15 low, 16-31 high); d·(q − 8).
+template <int WB, int WG, typename T> struct gemma_w8<1, WB, WG, T> {
+  unsigned short d;
+  unsigned long long n;
+  int shift;
+  __device__ __forceinline__ void load(const void* data, const T*, const T*, size_t row, int K, int v) {
+    int i;
+    const uint8_t* b = gemma_block_at<1>(data, row, K, v, i);
+    d = gemma_u16(b);
+    n = gemma_bytes8_a2(b + 2 + (i & 15));
+    shift = i < 16 ? 0 : 4;
+  }
+  __device__ __forceinline__ void decode(int q[8], float& scale, float& offset) const {
+    scale = gemma_f16_bits(d);
+    offset = 0.0f;
+    #pragma unroll
+    for (int k = 0; k < 8; ++k) q[k] = static_cast<int>((n >> (8 * k + shift)) & 15) - 8;
+  }
+};
+
+// Q5_0: f16 d, 32 high bits, 16 bytes of low nibbles; d·(q − 16).
+template <int WB, int WG, typename T> struct gemma_w8<2, WB, WG, T> {
+  unsigned short d;
+  unsigned int high;
+  unsigned long long n;
+  int i;
+  __device__ __forceinline__ void load(const void* data, const T*, const T*, size_t row, int K, int v) {
+    const uint8_t* b = gemma_block_at<2>(data, row, K, v, i);
+    d = gemma_u16(b);
+    high = static_cast<unsigned int>(gemma_u16(b + 2)) | (static_cast<unsigned int>(gemma_u16(b + 4)) << 16);
+    n = gemma_bytes8_a2(b + 6 + (i & 15));
+  }
+  __device__ __forceinline__ void decode(int q[8], float& scale, float& offset) const {
+    scale = gemma_f16_bits(d);
+    offset = 0.0f;
+    const int shift = i < 16 ? 0 : 4;
+    #pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const int low = static_cast<int>((n >> (8 * k + shift)) & 15);
+      q[k] = (low | static_cast<int>(((high >> (i + k)) & 1) << 4)) - 16;
+    }
+  }
+};
+
+// Q8_0: f16 d, 32 signed bytes; d·q.
+template <int WB, int WG, typename T> struct gemma_w8<3, WB, WG, T> {
+  unsigned short d;
+  unsigned long long n;
+  __device__ __forceinline__ void load(const void* data, const T*, const T*, size_t row, int K, int v) {
+    int i;
+    const uint8_t* b = gemma_block_at<3>(data, row, K, v, i);
+    d = gemma_u16(b);
+    n = gemma_bytes8_a2(b + 2 + i);
+  }
+  __device__ __forceinline__ void decode(int q[8], float& scale, float& offset) const {
+    scale = gemma_f16_bits(d);
+    offset = 0.0f;
+    #pragma unroll
+    for (int k = 0; k < 8; ++k) q[k] = static_cast<int>(static_cast<signed char>((n >> (8 * k)) & 255));
+  }
+};
+
+// Q4_K and Q5_K: f16 d and dmin, 12 bytes of 6-bit scales and minimums
+// (one pair per 32 values), [32 bytes of fifth bits,] 128 bytes of nibbles;
+// (d·scale)·q − dmin·min.
+template <int WF, int WB, int WG, typename T> struct gemma_wk {
+  uint4 head;
+  unsigned long long n;
+  unsigned long long h;
+  int i;
+  __device__ __forceinline__ void load(const void* data, const T*, const T*, size_t row, int K, int v) {
+    const uint8_t* b = gemma_block_at<WF>(data, row, K, v, i);
+    head = *reinterpret_cast<const uint4*>(b);
+    const int sb = i / 32;
+    n = *reinterpret_cast<const unsigned long long*>(b + (WF == 4 ? 16 : 48) + 32 * (sb / 2) + i % 32);
+    if constexpr (WF == 5) h = *reinterpret_cast<const unsigned long long*>(b + 16 + i % 32);
+  }
+  __device__ __forceinline__ void decode(int q[8], float& scale, float& offset) const {
+    const int sb = i / 32;
+    int sc, m;
+    if (sb < 4) {
+      sc = gemma_hbyte(head, 4 + sb) & 63;
+      m = gemma_hbyte(head, 8 + sb) & 63;
+    } else {
+      sc = (gemma_hbyte(head, 8 + sb) & 15) | ((gemma_hbyte(head, sb) >> 6) << 4);
+      m = (gemma_hbyte(head, 8 + sb) >> 4) | ((gemma_hbyte(head, 4 + sb) >> 6) << 4);
+    }
+    scale = __fmul_rn(gemma_f16_bits(static_cast<unsigned short>(head.x & 0xffff)), static_cast<float>(sc));
+    offset = -__fmul_rn(gemma_f16_bits(static_cast<unsigned short>(head.x >> 16)), static_cast<float>(m));
+    const int shift = 4 * (sb % 2);
+    #pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      q[k] = static_cast<int>((n >> (8 * k + shift)) & 15);
+      if constexpr (WF == 5) q[k] |= static_cast<int>(((h >> (8 * k + sb)) & 1) << 4);
+    }
+  }
+};
+template <int WB, int WG, typename T> struct gemma_w8<4, WB, WG, T> : gemma_wk<4, WB, WG, T> {};
+template <int WB, int WG, typename T> struct gemma_w8<5, WB, WG, T> : gemma_wk<5, WB, WG, T> {};
+
+// Q6_K: 128 bytes of low nibbles, 64 bytes of 2-bit highs, 16 signed
+// scales (one per 16 values), f16 d; (d·scale)·(q − 32).
+template <int WB, int WG, typename T> struct gemma_w8<6, WB, WG, T> {
+  unsigned long long low;
+  unsigned long long high;
+  unsigned short d;
+  signed char sc;
+  int i;
+  __device__ __forceinline__ void load(const void* data, const T*, const T*, size_t row, int K, int v) {
+    const uint8_t* b = gemma_block_at<6>(data, row, K, v, i);
+    const int sb = i / 32, l = i % 32;
+    low = gemma_bytes8_a2(b + 64 * (sb / 4) + 32 * (sb % 2) + l);
+    high = gemma_bytes8_a2(b + 128 + 32 * (sb / 4) + l);
+    sc = static_cast<signed char>(b[192 + 2 * sb + l / 16]);
+    d = gemma_u16(b + 208);
+  }
+  __device__ __forceinline__ void decode(int q[8], float& scale, float& offset) const {
+    const int s = (i / 32) % 4;
+    scale = __fmul_rn(gemma_f16_bits(d), static_cast<float>(sc));
+    offset = 0.0f;
+    #pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      q[k] = (static_cast<int>((low >> (8 * k + 4 * (s / 2))) & 15) |
+              (static_cast<int>((high >> (8 * k + 2 * s)) & 3) << 4)) - 32;
+    }
+  }
+};
+
+// MLX affine: WB-bit codes, one scale and bias of T per WG values; scale·q + bias.
+template <int WB, int WG, typename T> struct gemma_w8<7, WB, WG, T> {
+  unsigned int w[WB / 4];
+  T sc;
+  T bi;
+  __device__ __forceinline__ void load(const void* data, const T* scales, const T* biases, size_t row, int K, int v) {
+    const unsigned int* words = reinterpret_cast<const unsigned int*>(data) + row * (K * WB / 32) + v * WB / 32;
+    #pragma unroll
+    for (int c = 0; c < WB / 4; ++c) w[c] = words[c];
+    const size_t g = row * (K / WG) + v / WG;
+    sc = scales[g];
+    bi = biases[g];
+  }
+  __device__ __forceinline__ void decode(int q[8], float& scale, float& offset) const {
+    scale = static_cast<float>(sc);
+    offset = static_cast<float>(bi);
+    #pragma unroll
+    for (int k = 0; k < 8; ++k) q[k] = static_cast<int>((w[k * WB / 32] >> ((k * WB) % 32)) & ((1u << WB) - 1u));
+  }
+};
+
+// Values v … v + 7 of `xs` (aligned to 16 bytes, `v` a multiple of 8) in
+// 16-byte loads.
+template <typename U>
+__device__ __forceinline__ void gemma_x8(const U* xs, int v, float out[8]) {
+  constexpr int CHUNKS = static_cast<int>(8 * sizeof(U)) / 16;
+  uint4 raw[CHUNKS];
+  #pragma unroll
+  for (int c = 0; c < CHUNKS; ++c) raw[c] = reinterpret_cast<const uint4*>(xs + v)[c];
+  const U* u = reinterpret_cast<const U*>(raw);
+  #pragma unroll
+  for (int k = 0; k < 8; ++k) out[k] = static_cast<float>(u[k]);
+}
+
+// The dot of a lane's 8 values with 8 activations, added to `acc`.
+template <int WF, int WB, int WG, typename T>
+__device__ __forceinline__ float gemma_w8_dot(const gemma_w8<WF, WB, WG, T>& w, const float x[8], float acc) {
+  if constexpr (WF == 0) {
+    return acc + w.dot(x);
+  } else {
+    int q[8];
+    float scale, offset;
+    w.decode(q, scale, offset);
+    float xq = 0.0f, xsum = 0.0f;
+    #pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      xq = fmaf(static_cast<float>(q[k]), x[k], xq);
+      xsum += x[k];
+    }
+    return fmaf(scale, xq, fmaf(offset, xsum, acc));
+  }
+}
+
+// Steps in flight: fewer for Q4_K and Q5_K, whose 16-byte block headers
+// take registers too (more spilled registers on sm_90).
+template <int WF> struct gemma_wsteps { static constexpr int N = WF == 4 || WF == 5 ? 4 : 8; };
+
+// Row `row` (of `K` values, format WF) dotted with `xs` (`K` values of `U`
+// in shared memory): this lane's share, to be summed over the warp. The
+// loads of several steps of 256 values are issued before any is used.
+template <int WF, int WB, int WG, typename T, typename U>
+__device__ __forceinline__ float gemma_wdot_lane(const void* data, const T* scales, const T* biases,
+                                                 size_t row, int K, const U* xs, int lane) {
+  constexpr int STEPS = gemma_wsteps<WF>::N;
+  float acc = 0.0f;
+  for (int v0 = 8 * lane; v0 < K; v0 += 256 * STEPS) {
+    gemma_w8<WF, WB, WG, T> w[STEPS];
+    #pragma unroll
+    for (int u = 0; u < STEPS; ++u) {
+      if (v0 + 256 * u < K) w[u].load(data, scales, biases, row, K, v0 + 256 * u);
+    }
+    #pragma unroll
+    for (int u = 0; u < STEPS; ++u) {
+      if (v0 + 256 * u < K) {
+        float x[8];
+        gemma_x8(xs, v0 + 256 * u, x);
+        acc = gemma_w8_dot(w[u], x, acc);
+      }
+    }
+  }
+  return acc;
+}
+
+__device__ __forceinline__ float gemma_rows_sum(float v) {
+  #pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+"#;

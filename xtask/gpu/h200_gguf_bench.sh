@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Side by side on the GPU machine, on the same GGUF files (llama-quantize's
+# Q4_K_M or Q8_0 of random-weight Gemma 3 shapes, see
+# ../../../shared/llamacpp): gemma-mlx with the blocks as stored (its
+# default), gemma-mlx with them dequantized to bfloat16, and llama.cpp's
+# llama-bench, alternating for ROUNDS rounds (default 2). Ours: prompt and
+# decode tokens per second for a PROMPT-token synthetic prompt and GEN
+# generated tokens, peak GPU memory, and the process's start to its first
+# token (wall time less the decode after the first token). llama.cpp:
+# `-p PROMPT -n 0` (prompt) and `-p 0 -n GEN -d PROMPT` (decode after a
+# PROMPT-token context, as ours measures it), flash attention on. Run after
+# ../shared/gpu/setup-mlx-cuda.sh has written /tmp/site/env.sh.
+# Usage: h200_gguf_bench.sh BINARY PROMPT_TOKENS GEN_TOKENS FILE...
+# LLAMA_BENCH names llama-bench (skipped when unset).
+set -uo pipefail
+. /tmp/site/env.sh
+bin=$1 prompt=$2 gen=$3
+shift 3
+errors=$(mktemp)
+trap 'rm -f "$errors"' EXIT
+ours() { # file, extra flags; a failed run prints the end of its error output
+    local start end out
+    start=$(date +%s.%N)
+    if out=$("$bin" generate --model "$1" --device gpu --synthetic-prompt "$prompt" --max-tokens "$gen" \
+        --logit-bias 1=-1e30 --logit-bias 106=-1e30 --json "${@:2}" 2>"$errors"); then
+        end=$(date +%s.%N)
+        tail -1 <<<"$out" | START=$start END=$end python3 -c '
+import json, os, sys
+r = json.load(sys.stdin)
+decode = (r["generation_tokens"] - 1) / r["generation_tps"] if r["generation_tps"] else 0.0
+print(json.dumps({"prompt_tps": round(r["prompt_tps"]), "generation_tps": round(r["generation_tps"], 1),
+                  "peak_gb": round(r["peak_memory_bytes"] / 1e9, 2), "ttft_s": round(r["ttft_s"], 3),
+                  "start_to_first_token_s": round(float(os.environ["END"]) - float(os.environ["START"]) - decode, 2),
+                  "weights": r.get("weights")}))'
+    else
+        echo "failed: $(tail -3 "$errors" | tr '\n' ' ')"
+    fi
+}
+llama() { # file, llama-bench flags
+    if [ -z "${LLAMA_BENCH:-}" ]; then
+        echo "skipped (LLAMA_BENCH unset)"
+        return
+    fi
+    "$LLAMA_BENCH" -m "$1" -ngl 99 -fa 1 -r 1 -o json "${@:2}" 2>"$errors" |
+        python3 -c 'import json,sys; print(json.dumps({"tok_s": round(json.load(sys.stdin)[0]["avg_ts"], 1)}))' ||
+        echo "failed: $(tail -3 "$errors" | tr '\n' ' ')"
+}
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+for file in "$@"; do
+    name=$(basename "$file")
+    echo "== $name ($(du -h "$file" | cut -f1)): warm-up (our kernels compile unless cached)"
+    echo "ours first run        $name: $(ours "$file")"
+    for round in $(seq "${ROUNDS:-2}"); do
+        echo "ours as stored        $name round $round: $(ours "$file")"
+        echo "ours dequantized      $name round $round: $(ours "$file" --weights dequantized)"
+        echo "llama.cpp decode      $name round $round: $(llama "$file" -p 0 -n "$gen" -d "$prompt")"
+        echo "llama.cpp prompt      $name round $round: $(llama "$file" -p "$prompt" -n 0)"
+    done
+done
