@@ -303,10 +303,11 @@ def chat_template_seeds():
 
 def kv_spec_seeds():
     specs = [
-        "ctk=q8_0,ctv=q4_0", " ctv=q6_K , group=32,ctk=f16", "",
-        "ctk=turbo3,ctv=f16,start=16", "ctk=q2,ctv=q3_K,group=128,start=7",
-        "ctk=bf16", "ctv=turbo4,ctk=q8_0", "group=64,start=+5",
-        "ctk=q5_K,ctv=bf16,group=128", "ctk=q8_0,ctk=q4_0", "ctk=turbo2,group=64",
+        "ctk=q8_0,ctv=q4_0", " ctv=mlx6 , group=32,ctk=f16", "",
+        "ctk=turbo3,ctv=f16,start=16", "ctk=mlx2,ctv=mlx3,group=128,start=7",
+        "ctk=bf16", "ctv=turbo4,ctk=q8_0", "ctk=mlx4,group=64,start=+5",
+        "ctk=mlx5,ctv=bf16,group=128", "ctk=q8_0,ctk=q4_0", "ctk=turbo2,group=64",
+        "ctk=q4_1,ctv=q5_1", "ctk=q5_0,ctv=q6_K",
     ]
     for i, spec in enumerate(specs):
         write("kv_spec", f"spec_{i:02}", spec)

@@ -14,7 +14,7 @@ use benches::inputs::{load_model, random_tokens};
 use benches::{or_exit, BenchError, Settings};
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
 use engine::kld::sweep::{chunks, sweep, ChunkSettings, Side};
-use gemma::cache::{CacheFormat, KvFormat};
+use gemma::cache::{CacheFormat, KvFormat, QueryRounding};
 use gemma::model::Gemma3;
 use mlx_core::Device;
 
@@ -109,6 +109,7 @@ fn kld_chunk(c: &mut Criterion, s: &Settings, model: &Gemma3) -> Result<(), Benc
         model,
         format: CacheFormat::COMPUTE,
         start: 0,
+        queries: QueryRounding::Exact,
     };
     let q8 = KvFormat::Quantized {
         bits: 8,
@@ -121,6 +122,7 @@ fn kld_chunk(c: &mut Criterion, s: &Settings, model: &Gemma3) -> Result<(), Benc
             values: q8,
         },
         start: 0,
+        queries: QueryRounding::Exact,
     };
     let mut group = c.benchmark_group(format!("{}/kld_chunk", s.label()));
     group

@@ -1,4 +1,4 @@
-//! KV-cache specs (`ctk=q8_0,ctv=q4_0,group=64,start=0`).
+//! KV-cache specs (`ctk=q8_0,ctv=mlx4,group=64,start=0`).
 //!
 //! The input is the spec text (bytes that are not UTF-8 become U+FFFD, as
 //! a command line would not hold them anyway). Invariants: parsing never

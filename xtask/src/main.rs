@@ -8,6 +8,8 @@
 //! - `test` sets up, then runs every check and test, then the examples;
 //! - `run` sets up, then runs the `gemma-mlx` command;
 //! - `bench` compares `gemma-mlx` with mlx-lm and writes `target/bench/report.md`;
+//! - `compare-kld` puts our KLD of every KV spec beside the TurboQuant
+//!   fork's `llama-perplexity` and writes `target/compare-kld/report.md`;
 //! - `fuzz` builds the cargo-fuzz targets of `fuzz/` and runs them (docs/fuzzing.md);
 //! - `sanitize` runs `mlx-core`'s tests and short `gemma-mlx` runs under
 //!   AddressSanitizer and LeakSanitizer (docs/fuzzing.md, "Sanitizers").
@@ -18,10 +20,12 @@ mod bench;
 mod bindings;
 mod blas;
 mod command;
+mod compare_kld;
 mod discovery;
 mod examples;
 mod fuzz;
 mod ldd;
+mod llama_build;
 mod mlx_build;
 mod mlx_lm_env;
 mod model;
@@ -118,6 +122,22 @@ enum Task {
         #[arg(long, default_value_t = 2)]
         llama_rounds: usize,
     },
+    /// Set up, build the TurboQuant fork of llama.cpp (once, under target/llama-fork, about 8
+    /// minutes on 2 cores) and put gemma-mlx's mean KLD of each KV spec beside its
+    /// llama-perplexity's on the same GGUF, corpus and chunks (target/compare-kld/report.md).
+    CompareKld {
+        /// Chunks of 512 tokens (the shipped corpus holds 8).
+        #[arg(long, default_value_t = 6)]
+        chunks: usize,
+        /// A KEYS/VALUES pair such as q8_0/turbo4 (repeatable; default: every llama.cpp
+        /// block type, every turbo width, and mixed pairs).
+        #[arg(long = "spec")]
+        specs: Vec<String>,
+        /// Run both engines on an F32 copy of the model (made with the fork's llama-quantize),
+        /// so that no weight product quantizes its activations.
+        #[arg(long)]
+        f32_weights: bool,
+    },
     /// Set up, build the fuzz targets of fuzz/ (nightly, cargo-fuzz) and run one or all of
     /// them, replaying fuzz/regressions/ first; a crashing input is kept there.
     Fuzz {
@@ -203,6 +223,18 @@ fn run(task: Task) -> anyhow::Result<()> {
                 flatness,
                 kld_chunks,
                 llama_rounds,
+            },
+        ),
+        Task::CompareKld {
+            chunks,
+            specs,
+            f32_weights,
+        } => compare_kld::run(
+            &workspace,
+            &compare_kld::CompareOptions {
+                chunks,
+                specs,
+                f32_weights,
             },
         ),
         Task::Fuzz {

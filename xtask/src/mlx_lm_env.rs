@@ -2,7 +2,8 @@
 //!
 //! - [`Flavor::Reference`], `target/py/venv`: mlx-lm 0.32.2 on MLX 0.32.4's
 //!   CPU wheel, with the wheel's reference BLAS replaced by OpenBLAS as for
-//!   setup's own MLX. The parity tests run it (env `GEMMA_MLX_PYTHON`
+//!   setup's own MLX, and gguf-py 0.17.1 (the oracle of ggml's block
+//!   quantizers). The parity tests run it (env `GEMMA_MLX_PYTHON`
 //!   overrides), and `bench` compares against it with the same settings.
 //! - [`Flavor::Shipped`], `target/py/venv-shipped`: mlx-lm 0.32.2 as a Linux
 //!   user gets it (`pip install 'mlx[cpu]' mlx-lm`), BLAS untouched; only
@@ -26,6 +27,9 @@ use crate::workspace::Workspace;
 
 /// The mlx-lm release the references and benchmarks use.
 pub const MLX_LM_VERSION: &str = "0.32.2";
+
+/// The gguf-py release whose quantizers the KV block tests compare with.
+pub const GGUF_PY_VERSION: &str = "0.17.1";
 
 /// Which of the two mlx-lm environments.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,13 +55,19 @@ impl Flavor {
             Flavor::Reference => format!("mlx[cpu]=={MLX_VERSION}"),
             Flavor::Shipped => "mlx[cpu]".to_owned(),
         };
-        vec![mlx, format!("mlx-lm=={MLX_LM_VERSION}"), "numpy".to_owned()]
+        let mut requirements = vec![mlx, format!("mlx-lm=={MLX_LM_VERSION}"), "numpy".to_owned()];
+        if self == Flavor::Reference {
+            requirements.push(format!("gguf=={GGUF_PY_VERSION}"));
+        }
+        requirements
     }
 
     /// Whether an environment with `installed` is what this flavour wants.
     fn accepts(self, installed: &Installed) -> bool {
         installed.mlx_lm == MLX_LM_VERSION
-            && (self == Flavor::Shipped || installed.mlx == MLX_VERSION)
+            && (self == Flavor::Shipped
+                || (installed.mlx == MLX_VERSION
+                    && installed.gguf.as_deref() == Some(GGUF_PY_VERSION)))
     }
 }
 
@@ -102,12 +112,16 @@ struct Installed {
     mlx_lm: String,
     mlx: String,
     mlx_dir: PathBuf,
+    /// gguf-py's version, when it is installed.
+    gguf: Option<String>,
 }
 
-/// Prints the versions of mlx-lm and MLX, and MLX's package folder, as JSON.
-const PROBE: &str = "import json, mlx, mlx.core, mlx_lm; print(json.dumps({\
-    'mlx_lm': mlx_lm.__version__, 'mlx': mlx.core.__version__, \
-    'mlx_dir': list(mlx.__path__)[0]}))";
+/// Prints the versions of mlx-lm, MLX and gguf-py (null when absent), and
+/// MLX's package folder, as JSON.
+const PROBE: &str = "import json, importlib.metadata as m, mlx, mlx.core, mlx_lm\n\
+    try:\n    gguf = m.version('gguf')\nexcept m.PackageNotFoundError:\n    gguf = None\n\
+    print(json.dumps({'mlx_lm': mlx_lm.__version__, 'mlx': mlx.core.__version__, \
+    'mlx_dir': list(mlx.__path__)[0], 'gguf': gguf}))";
 
 /// Makes sure the `flavor` venv exists with the packages it wants, creating
 /// it or installing into it as needed (`force`: from scratch), and for the
@@ -133,7 +147,7 @@ pub fn ensure(workspace: &Workspace, flavor: Flavor, force: bool) -> Result<MlxL
                         venv.display(),
                         flavor.requirements().join(" "),
                         if flavor == Flavor::Reference {
-                            format!(" with mlx {MLX_VERSION}")
+                            format!(" with mlx {MLX_VERSION} and gguf {GGUF_PY_VERSION}")
                         } else {
                             String::new()
                         }

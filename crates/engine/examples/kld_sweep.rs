@@ -15,7 +15,7 @@ use engine::kld::stats::KldStats;
 use engine::kld::sweep::{chunks, sweep, ChunkSettings, Side};
 use engine::KvSpec;
 
-/// The candidates: 8-bit and 4-bit affine, and 3-bit TurboQuant.
+/// The candidates: llama.cpp's 8-bit and 4-bit blocks, and 3-bit TurboQuant.
 const CANDIDATES: [&str; 3] = [
     "ctk=q8_0,ctv=q8_0",
     "ctk=q4_0,ctv=q4_0",
@@ -57,6 +57,7 @@ fn main() -> Result<()> {
             model,
             format: spec.cache_format()?,
             start: spec.start,
+            queries: spec.queries,
         })
     };
     let candidates = specs.iter().map(side).collect::<Result<Vec<_>>>()?;

@@ -125,7 +125,10 @@ impl Engine {
         let caches = self.loaded.model.make_caches(options.cache_format)?;
         Ok(caches
             .into_iter()
-            .map(|c| c.quantize_from(options.kv_start as i32))
+            .map(|c| {
+                c.quantize_from(options.kv_start as i32)
+                    .round_queries(options.kv_queries)
+            })
             .collect())
     }
 

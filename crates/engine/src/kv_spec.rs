@@ -1,21 +1,58 @@
-//! KV-cache specs in llama.cpp's style: `ctk=q8_0,ctv=q4_0`, plus `group=`
-//! and `start=`.
+//! KV-cache specs in llama.cpp's style: `ctk=q8_0,ctv=q4_0`, plus `group=`,
+//! `start=` and `attn=`.
 //!
-//! The `q` types set the bit width of MLX affine quantization (this is not
-//! llama.cpp's block format; the names are kept for familiarity):
-//! `q8_0`/`q8` → 8, `q6_K`/`q6` → 6, `q5_0`/`q5_K`/`q5` → 5,
-//! `q4_0`/`q4_K`/`q4` → 4, `q3_K`/`q3` → 3, `q2_K`/`q2` → 2; `turbo2`,
-//! `turbo3`, `turbo4` are TurboQuant as the llama.cpp TurboQuant fork stores
-//! it (groups of 128 values, so `group=` does not apply to them); `f32`,
-//! `f16`, `bf16` store unquantized in that dtype. A missing `ctk` or `ctv`
-//! means the compute dtype.
+//! A type name means what it means in llama.cpp wherever llama.cpp has it:
+//! `q8_0`, `q4_0`, `q4_1`, `q5_0`, `q5_1` are ggml's 32-value blocks, byte
+//! for byte as llama.cpp stores its cache (CPU only so far); `turbo2`,
+//! `turbo3`, `turbo4` are TurboQuant as the llama.cpp TurboQuant fork
+//! stores it (groups of 128 values); `f32`, `f16`, `bf16` store unquantized
+//! in that dtype. MLX's affine formats (mlx-lm's `QuantizedKVCache`) have
+//! names of their own: `mlx8`, `mlx6`, `mlx5`, `mlx4`, `mlx3`, `mlx2`, with
+//! `group=` 32, 64 or 128 values per scale and bias. A missing `ctk` or
+//! `ctv` means the compute dtype.
+//!
+//! Until this release `q8_0`, `q4_0` and `q5_0` named MLX's 8-, 4- and
+//! 5-bit affine formats (as REFRACT's MLX backend does); [`KvSpec::notes`]
+//! says so where a spec uses them. The other old names (`q8`, `q6_K`, `q4`,
+//! …) are errors that name the affine format they meant.
+//!
+//! `attn=llama-cpu` treats the queries as llama.cpp's CPU flash attention
+//! does (see [`QueryRounding::LlamaCpu`]), so that a format's cost can be
+//! measured with llama.cpp's arithmetic as well as with ours
+//! (`attn=exact`, the default).
 
-use gemma::cache::{CacheFormat, KvFormat};
+use gemma::cache::{CacheFormat, KvFormat, QueryRounding};
+use gemma::quant::GgufDtype;
 use mlx_core::Dtype;
 
 /// Accepted type names, for error messages.
-pub const ACCEPTED_TYPES: &str = "q8_0, q8, q6_K, q6, q5_0, q5_K, q5, q4_0, q4_K, q4, q3_K, q3, \
-                                  q2_K, q2, turbo2, turbo3, turbo4, f32, f16, bf16";
+pub const ACCEPTED_TYPES: &str = "q8_0, q4_0, q4_1, q5_0, q5_1, turbo2, turbo3, turbo4, \
+                                  mlx8, mlx6, mlx5, mlx4, mlx3, mlx2, f32, f16, bf16";
+
+/// The ggml block formats by their llama.cpp names.
+const BLOCK_TYPES: [(&str, GgufDtype); 5] = [
+    ("q8_0", GgufDtype::Q8_0),
+    ("q4_0", GgufDtype::Q4_0),
+    ("q4_1", GgufDtype::Q4_1),
+    ("q5_0", GgufDtype::Q5_0),
+    ("q5_1", GgufDtype::Q5_1),
+];
+
+/// Names accepted before, that llama.cpp has no KV type for, with the
+/// affine bits they meant.
+const RETIRED_NAMES: [(&str, i32); 11] = [
+    ("q8", 8),
+    ("q6_K", 6),
+    ("q6", 6),
+    ("q5_K", 5),
+    ("q5", 5),
+    ("q4_K", 4),
+    ("q4", 4),
+    ("q3_K", 3),
+    ("q3", 3),
+    ("q2_K", 2),
+    ("q2", 2),
+];
 
 /// One side (keys or values) of a spec.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,28 +61,51 @@ pub enum KvType {
     Compute,
     /// Unquantized in this dtype.
     Float(Dtype),
-    /// MLX affine quantization with this many bits.
-    Bits(i32),
+    /// MLX affine quantization with this many bits (`mlxN`).
+    Affine(i32),
+    /// One of ggml's 32-value block formats.
+    Block(GgufDtype),
     /// TurboQuant with this many bits (2, 3 or 4).
     Turbo(i32),
 }
 
 impl KvType {
-    fn parse(text: &str) -> Option<KvType> {
-        Some(match text {
-            "q8_0" | "q8" => KvType::Bits(8),
-            "q6_K" | "q6_k" | "q6" => KvType::Bits(6),
-            "q5_0" | "q5_K" | "q5_k" | "q5" => KvType::Bits(5),
-            "q4_0" | "q4_K" | "q4_k" | "q4" => KvType::Bits(4),
-            "q3_K" | "q3_k" | "q3" => KvType::Bits(3),
-            "q2_K" | "q2_k" | "q2" => KvType::Bits(2),
+    /// The type a name stands for, or why the name is not accepted.
+    fn parse(text: &str) -> Result<KvType, String> {
+        if let Some((_, t)) = BLOCK_TYPES.iter().find(|(name, _)| *name == text) {
+            return Ok(KvType::Block(*t));
+        }
+        if let Some(bits) = text.strip_prefix("mlx").and_then(|b| b.parse().ok()) {
+            if [2, 3, 4, 5, 6, 8].contains(&bits) {
+                return Ok(KvType::Affine(bits));
+            }
+        }
+        let retired = RETIRED_NAMES
+            .iter()
+            .find(|(name, _)| name.eq_ignore_ascii_case(text));
+        if let Some((name, bits)) = retired {
+            return Err(format!(
+                "'{name}' is not a llama.cpp KV type; MLX's {bits}-bit affine format, which it \
+                 named before, is mlx{bits} (accepted: {ACCEPTED_TYPES})"
+            ));
+        }
+        Ok(match text {
             "turbo2" => KvType::Turbo(2),
             "turbo3" => KvType::Turbo(3),
             "turbo4" => KvType::Turbo(4),
             "f32" => KvType::Float(Dtype::Float32),
             "f16" => KvType::Float(Dtype::Float16),
             "bf16" => KvType::Float(Dtype::Bfloat16),
-            _ => return None,
+            "iq4_nl" => {
+                return Err(format!(
+                    "llama.cpp's iq4_nl is not implemented here yet (accepted: {ACCEPTED_TYPES})"
+                ))
+            }
+            _ => {
+                return Err(format!(
+                    "unknown type '{text}' (accepted: {ACCEPTED_TYPES})"
+                ))
+            }
         })
     }
 
@@ -53,11 +113,8 @@ impl KvType {
         match self {
             KvType::Compute => short_dtype(compute).into(),
             KvType::Float(d) => short_dtype(d).into(),
-            KvType::Bits(8) => "q8_0".into(),
-            KvType::Bits(6) => "q6_K".into(),
-            KvType::Bits(5) => "q5_0".into(),
-            KvType::Bits(4) => "q4_0".into(),
-            KvType::Bits(b) => format!("q{b}_K"),
+            KvType::Affine(b) => format!("mlx{b}"),
+            KvType::Block(t) => block_name(t).into(),
             KvType::Turbo(b) => format!("turbo{b}"),
         }
     }
@@ -66,7 +123,8 @@ impl KvType {
         match self {
             KvType::Compute => KvFormat::Float(None),
             KvType::Float(d) => KvFormat::Float(Some(d)),
-            KvType::Bits(bits) => KvFormat::Quantized { bits, group_size },
+            KvType::Affine(bits) => KvFormat::Quantized { bits, group_size },
+            KvType::Block(t) => KvFormat::Block(t),
             KvType::Turbo(bits) => KvFormat::Turbo { bits },
         }
     }
@@ -74,6 +132,36 @@ impl KvType {
     fn is_turbo(self) -> bool {
         matches!(self, KvType::Turbo(_))
     }
+
+    fn is_affine(self) -> bool {
+        matches!(self, KvType::Affine(_))
+    }
+
+    /// What changed about this type's name, for a user who knew it before.
+    fn note(self) -> Option<String> {
+        let KvType::Block(t) = self else {
+            return None;
+        };
+        let bits = match t {
+            GgufDtype::Q8_0 => 8,
+            GgufDtype::Q4_0 => 4,
+            GgufDtype::Q5_0 => 5,
+            _ => return None,
+        };
+        let name = block_name(t);
+        Some(format!(
+            "{name} is llama.cpp's {name} (blocks of 32 values with one f16 scale); MLX's \
+             {bits}-bit affine format, which {name} named before, is mlx{bits}"
+        ))
+    }
+}
+
+/// llama.cpp's name of a block format.
+fn block_name(t: GgufDtype) -> &'static str {
+    BLOCK_TYPES
+        .iter()
+        .find(|(_, b)| *b == t)
+        .map_or("?", |(name, _)| name)
 }
 
 fn short_dtype(d: Dtype) -> &'static str {
@@ -93,11 +181,13 @@ pub struct KvSpec {
     pub keys: KvType,
     /// Values.
     pub values: KvType,
-    /// Affine quantization group size (32, 64 or 128; TurboQuant always
-    /// encodes groups of 128).
+    /// Affine quantization group size of `mlxN` (32, 64 or 128; ggml
+    /// blocks hold 32 values and TurboQuant groups 128).
     pub group_size: i32,
     /// Tokens kept unquantized before quantization starts.
     pub start: usize,
+    /// How attention treats the queries.
+    pub queries: QueryRounding,
 }
 
 /// A spec that cannot be parsed.
@@ -124,12 +214,13 @@ impl KvSpec {
             values: KvType::Compute,
             group_size: 64,
             start: 0,
+            queries: QueryRounding::Exact,
         };
         let mut seen = Vec::new();
         for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let (key, value) = part.split_once('=').ok_or_else(|| {
                 err(format!(
-                    "'{part}' is not KEY=VALUE (keys: ctk, ctv, group, start)"
+                    "'{part}' is not KEY=VALUE (keys: ctk, ctv, group, start, attn)"
                 ))
             })?;
             let (key, value) = (key.trim(), value.trim());
@@ -139,11 +230,7 @@ impl KvSpec {
             seen.push(key);
             match key {
                 "ctk" | "ctv" => {
-                    let t = KvType::parse(value).ok_or_else(|| {
-                        err(format!(
-                            "unknown type '{value}' for {key} (accepted: {ACCEPTED_TYPES})"
-                        ))
-                    })?;
+                    let t = KvType::parse(value).map_err(|e| err(format!("{key}: {e}")))?;
                     if key == "ctk" {
                         spec.keys = t;
                     } else {
@@ -162,6 +249,17 @@ impl KvSpec {
                         }
                     }
                 }
+                "attn" => {
+                    spec.queries = match value {
+                        "exact" => QueryRounding::Exact,
+                        "llama-cpu" => QueryRounding::LlamaCpu,
+                        _ => {
+                            return Err(err(format!(
+                                "attn '{value}' is not accepted (accepted: exact, llama-cpu)"
+                            )))
+                        }
+                    }
+                }
                 "start" => {
                     spec.start = value.parse().map_err(|_| {
                         err(format!(
@@ -171,17 +269,21 @@ impl KvSpec {
                 }
                 _ => {
                     return Err(err(format!(
-                        "unknown key '{key}' (accepted: ctk, ctv, group, start)"
+                        "unknown key '{key}' (accepted: ctk, ctv, group, start, attn)"
                     )))
                 }
             }
         }
-        if seen.contains(&"group") && spec.has_turbo() {
-            return Err(err(
-                "group= does not apply to turbo2/3/4 (TurboQuant encodes groups of 128 \
-                 values); leave it out"
-                    .into(),
-            ));
+        if seen.contains(&"group") && !spec.has_affine() {
+            let other = if spec.has_turbo() {
+                "TurboQuant encodes groups of 128 values"
+            } else {
+                "ggml blocks hold 32 values"
+            };
+            return Err(err(format!(
+                "group= sets the group of MLX's affine formats (mlx2 … mlx8) only ({other}); \
+                 leave it out"
+            )));
         }
         Ok(spec)
     }
@@ -191,19 +293,41 @@ impl KvSpec {
         self.keys.is_turbo() || self.values.is_turbo()
     }
 
-    /// The canonical form, e.g. `ctk=q8_0,ctv=q4_0,group=64,start=0`
-    /// (without `group=` when a side is TurboQuant, which takes none).
+    /// Whether keys or values are MLX affine.
+    fn has_affine(&self) -> bool {
+        self.keys.is_affine() || self.values.is_affine()
+    }
+
+    /// What changed about the meaning of the spec's type names (one line
+    /// each; empty when nothing did): `q8_0`, `q4_0` and `q5_0` named MLX's
+    /// affine formats before this release.
+    pub fn notes(&self) -> Vec<String> {
+        let mut notes: Vec<String> = [self.keys, self.values]
+            .iter()
+            .filter_map(|t| t.note())
+            .collect();
+        notes.dedup();
+        notes
+    }
+
+    /// The canonical form, e.g. `ctk=q8_0,ctv=mlx4,group=64,start=0`
+    /// (`group=` only when a side is MLX affine, the one kind it applies to;
+    /// `attn=llama-cpu` last when given).
     pub fn canonical(&self, compute: Dtype) -> String {
-        let group = if self.has_turbo() {
-            String::new()
-        } else {
+        let group = if self.has_affine() {
             format!(",group={}", self.group_size)
+        } else {
+            String::new()
         };
         format!(
-            "ctk={},ctv={}{group},start={}",
+            "ctk={},ctv={}{group},start={}{}",
             self.keys.canonical(compute),
             self.values.canonical(compute),
-            self.start
+            self.start,
+            match self.queries {
+                QueryRounding::Exact => "",
+                QueryRounding::LlamaCpu => ",attn=llama-cpu",
+            }
         )
     }
 
@@ -226,26 +350,28 @@ mod tests {
         let spec = KvSpec::parse("ctk=q8_0,ctv=q4_0").unwrap();
         assert_eq!(
             (spec.keys, spec.values, spec.group_size, spec.start),
-            (KvType::Bits(8), KvType::Bits(4), 64, 0)
+            (
+                KvType::Block(GgufDtype::Q8_0),
+                KvType::Block(GgufDtype::Q4_0),
+                64,
+                0
+            )
         );
+        assert_eq!(spec.canonical(Dtype::Float32), "ctk=q8_0,ctv=q4_0,start=0");
+        let spec = KvSpec::parse(" ctv=mlx6 , group=32,ctk=f16").unwrap();
         assert_eq!(
             spec.canonical(Dtype::Float32),
-            "ctk=q8_0,ctv=q4_0,group=64,start=0"
-        );
-        let spec = KvSpec::parse(" ctv=q6_K , group=32,ctk=f16").unwrap();
-        assert_eq!(
-            spec.canonical(Dtype::Float32),
-            "ctk=f16,ctv=q6_K,group=32,start=0"
+            "ctk=f16,ctv=mlx6,group=32,start=0"
         );
         assert_eq!(
             KvSpec::parse("").unwrap().canonical(Dtype::Bfloat16),
-            "ctk=bf16,ctv=bf16,group=64,start=0"
+            "ctk=bf16,ctv=bf16,start=0"
         );
         assert_eq!(
-            KvSpec::parse("ctk=q2,ctv=q3_K")
+            KvSpec::parse("ctk=mlx2,ctv=q5_1")
                 .unwrap()
                 .canonical(Dtype::Float32),
-            "ctk=q2_K,ctv=q3_K,group=64,start=0"
+            "ctk=mlx2,ctv=q5_1,group=64,start=0"
         );
     }
 
@@ -254,7 +380,7 @@ mod tests {
         let spec = KvSpec::parse("ctk=q8_0,ctv=turbo4").unwrap();
         assert_eq!(
             (spec.keys, spec.values),
-            (KvType::Bits(8), KvType::Turbo(4))
+            (KvType::Block(GgufDtype::Q8_0), KvType::Turbo(4))
         );
         assert_eq!(
             spec.canonical(Dtype::Float32),
@@ -266,7 +392,11 @@ mod tests {
             .unwrap();
         assert_eq!(f.keys, KvFormat::Turbo { bits: 3 });
         assert_eq!(f.values, KvFormat::Float(Some(Dtype::Float16)));
-        for text in ["ctk=turbo2,ctv=turbo2", "ctk=turbo4,ctv=q8_0,start=7"] {
+        for text in [
+            "ctk=turbo2,ctv=turbo2",
+            "ctk=turbo4,ctv=mlx8,start=7",
+            "ctk=q4_1,ctv=mlx4,group=128",
+        ] {
             let canonical = KvSpec::parse(text).unwrap().canonical(Dtype::Float32);
             assert_eq!(
                 KvSpec::parse(&canonical).unwrap().canonical(Dtype::Float32),
@@ -277,7 +407,7 @@ mod tests {
 
     #[test]
     fn maps_types_to_cache_formats() {
-        let f = KvSpec::parse("ctk=q5_K,ctv=bf16,group=128")
+        let f = KvSpec::parse("ctk=mlx5,ctv=bf16,group=128")
             .unwrap()
             .cache_format()
             .unwrap();
@@ -289,14 +419,57 @@ mod tests {
             }
         );
         assert_eq!(f.values, KvFormat::Float(Some(Dtype::Bfloat16)));
+        let f = KvSpec::parse("ctv=q5_0").unwrap().cache_format().unwrap();
+        assert_eq!(f.keys, KvFormat::Float(None));
+        assert_eq!(f.values, KvFormat::Block(GgufDtype::Q5_0));
+    }
+
+    #[test]
+    fn attn_selects_llama_cpps_query_rounding() {
+        let spec = KvSpec::parse("ctk=q8_0,ctv=q8_0,attn=llama-cpu").unwrap();
+        assert_eq!(spec.queries, QueryRounding::LlamaCpu);
+        let canonical = spec.canonical(Dtype::Float32);
+        assert_eq!(canonical, "ctk=q8_0,ctv=q8_0,start=0,attn=llama-cpu");
         assert_eq!(
-            KvSpec::parse("ctv=q8")
-                .unwrap()
-                .cache_format()
-                .unwrap()
-                .keys,
-            KvFormat::Float(None)
+            KvSpec::parse(&canonical).unwrap().queries,
+            QueryRounding::LlamaCpu
         );
+        let exact = KvSpec::parse("ctk=q8_0,attn=exact").unwrap();
+        assert_eq!(exact.queries, QueryRounding::Exact);
+        assert_eq!(exact.canonical(Dtype::Float32), "ctk=q8_0,ctv=f32,start=0");
+    }
+
+    #[test]
+    fn names_whose_meaning_changed_carry_a_note() {
+        let notes = KvSpec::parse("ctk=q8_0,ctv=q8_0").unwrap().notes();
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(notes[0].contains("q8_0") && notes[0].contains("mlx8"));
+        let notes = KvSpec::parse("ctk=q4_0,ctv=q5_0").unwrap().notes();
+        assert!(
+            notes[0].contains("mlx4") && notes[1].contains("mlx5"),
+            "{notes:?}"
+        );
+        for text in ["ctk=q4_1,ctv=q5_1", "ctk=mlx8,ctv=turbo3", ""] {
+            assert!(KvSpec::parse(text).unwrap().notes().is_empty(), "{text}");
+        }
+    }
+
+    #[test]
+    fn retired_names_say_what_they_meant() {
+        for (name, new) in [
+            ("q6_K", "mlx6"),
+            ("q8", "mlx8"),
+            ("q4_k", "mlx4"),
+            ("q2", "mlx2"),
+        ] {
+            let e = KvSpec::parse(&format!("ctk={name}"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(new) && e.contains("q4_1"), "{e}");
+        }
+        let e = KvSpec::parse("ctv=iq4_nl").unwrap_err().to_string();
+        assert!(e.contains("iq4_nl") && e.contains("not implemented"), "{e}");
+        assert!(KvSpec::parse("ctk=mlx7").is_err());
     }
 
     #[test]
@@ -306,11 +479,17 @@ mod tests {
             e.contains("turbo5") && e.contains("turbo4") && e.contains("q8_0"),
             "{e}"
         );
-        let e = KvSpec::parse("ctk=q8_0,ctv=turbo3,group=64")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("group=") && e.contains("turbo"), "{e}");
-        assert!(KvSpec::parse("group=48")
+        for text in ["ctk=turbo3,ctv=q4_0,group=64", "ctk=q8_0,group=32"] {
+            let e = KvSpec::parse(text).unwrap_err().to_string();
+            assert!(e.contains("group=") && e.contains("mlx2"), "{e}");
+        }
+        let mixed = KvSpec::parse("ctk=mlx8,ctv=turbo3,group=32").unwrap();
+        assert_eq!(
+            mixed.canonical(Dtype::Float32),
+            "ctk=mlx8,ctv=turbo3,group=32,start=0",
+            "group= sets the affine side's group"
+        );
+        assert!(KvSpec::parse("ctk=mlx4,group=48")
             .unwrap_err()
             .to_string()
             .contains("32, 64, 128"));
@@ -325,8 +504,12 @@ mod tests {
         assert!(KvSpec::parse("bits=4")
             .unwrap_err()
             .to_string()
-            .contains("ctk, ctv, group, start"));
-        assert!(KvSpec::parse("ctk=q8,ctk=q4")
+            .contains("ctk, ctv, group, start, attn"));
+        assert!(KvSpec::parse("attn=fast")
+            .unwrap_err()
+            .to_string()
+            .contains("exact, llama-cpu"));
+        assert!(KvSpec::parse("ctk=mlx8,ctk=mlx4")
             .unwrap_err()
             .to_string()
             .contains("twice"));

@@ -3,7 +3,7 @@
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use gemma::cache::CacheFormat;
+use gemma::cache::{CacheFormat, QueryRounding};
 use gemma::model::Gemma3;
 use mlx_core::device::default_device;
 use mlx_core::Device;
@@ -97,6 +97,9 @@ pub struct GenerateOptions {
     /// Tokens kept in the compute dtype before the cache starts quantizing
     /// (mlx-lm's `quantized_kv_start`); prefill chunks are cut there.
     pub kv_start: usize,
+    /// How attention treats the queries (`attn=` of the KV spec; rounding
+    /// them decodes eagerly).
+    pub kv_queries: QueryRounding,
     /// Prompt tokens run per forward pass (default:
     /// [`default_prefill_chunk`] of the default device).
     pub prefill_chunk: usize,
@@ -124,6 +127,7 @@ impl Default for GenerateOptions {
             stop_strings: Vec::new(),
             cache_format: CacheFormat::COMPUTE,
             kv_start: 0,
+            kv_queries: QueryRounding::Exact,
             prefill_chunk: default_prefill_chunk(device),
             decode: DecodeMode::default(),
             steps_per_sync: default_steps_per_sync(device),

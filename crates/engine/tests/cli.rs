@@ -283,7 +283,11 @@ fn compiled_and_eager_decoding_give_the_same_tokens_on_every_cpu_kernel_family()
     let prompt = "The history of the printing press begins";
     for family in CpuKernels::supported().unwrap() {
         let env = [("GEMMA_MLX_CPU_KERNELS", family.name())];
-        for kv in ["ctk=q8_0,ctv=q4_0", "ctk=turbo4,ctv=turbo3"] {
+        for kv in [
+            "ctk=q8_0,ctv=q4_0",
+            "ctk=mlx8,ctv=mlx4",
+            "ctk=turbo4,ctv=turbo3",
+        ] {
             let run = |decode: &str| {
                 let args = [prompt, "--max-tokens", "24", "--decode", decode, "--kv", kv];
                 generate_json_with(&args, None, &env)
@@ -573,7 +577,7 @@ fn bad_flags_fail_with_a_message() {
     assert_fails(
         &["generate", "hi", "--kv", "ctk=turbo3,group=32"],
         None,
-        &["group=", "turbo"],
+        &["group=", "TurboQuant"],
     );
     assert_fails(&["generate", "hi", "--logit-bias", "5"], None, &["ID=BIAS"]);
     assert_fails(

@@ -80,7 +80,14 @@ fn sweep_computes_the_reference_once_per_chunk() {
         (settings["ctx"].clone(), settings["chunks"].clone()),
         (256.into(), 2.into())
     );
-    assert_eq!(settings["bos"], false);
+    assert_eq!(
+        settings["bos"], true,
+        "<bos> at each chunk's start by default"
+    );
+    assert_eq!(
+        settings["convention"],
+        "<bos> at each chunk's start (llama-perplexity's)"
+    );
     assert_eq!(settings["second_half"], false);
     assert_eq!(settings["dtype"], "float32");
     for field in ["mlx_version", "device"] {
@@ -89,22 +96,20 @@ fn sweep_computes_the_reference_once_per_chunk() {
             "settings.{field}: {settings}"
         );
     }
-    assert_eq!(
-        settings["reference_canonical"],
-        "ctk=f32,ctv=f32,group=64,start=0"
-    );
+    assert_eq!(settings["reference_canonical"], "ctk=f32,ctv=f32,start=0");
     assert_eq!(candidate(&shared, 0)["spec"], Q8);
     assert_eq!(candidate(&shared, 1)["spec"], Q4);
-    let q8 = by_canonical(&shared, "ctk=q8_0,ctv=q8_0,group=64,start=0");
-    let q4 = by_canonical(&shared, "ctk=q4_0,ctv=q4_0,group=64,start=0");
+    let q8 = by_canonical(&shared, "ctk=q8_0,ctv=q8_0,start=0");
+    let q4 = by_canonical(&shared, "ctk=q4_0,ctv=q4_0,start=0");
     assert_stats(q8, 2, 256);
     assert_stats(q4, 2, 256);
     assert!(num(q8, "mean_kld") > 0.0 && num(q8, "mean_kld") < num(q4, "mean_kld"));
-    // Keys and values of 18 layers, 256 positions, 1 head of 256 dims, in
-    // 8 (4) bits plus a float32 scale and bias per 64 values.
-    let bytes = |bits: usize| 18 * 2 * 256 * 256 * (bits + 2 * 32 / 64) / 8;
-    assert_eq!(q8["kv_cache_bytes"], bytes(8));
-    assert_eq!(q4["kv_cache_bytes"], bytes(4));
+    // Keys and values of 18 layers, 256 positions, 1 head of 256 dims: 8
+    // ggml blocks of 32 values, 34 bytes each in q8_0 (an f16 scale and 32
+    // bytes), 18 in q4_0 (an f16 scale and 16 bytes of nibbles).
+    let bytes = |block: usize| 18 * 2 * 256 * 8 * block;
+    assert_eq!(q8["kv_cache_bytes"], bytes(34));
+    assert_eq!(q4["kv_cache_bytes"], bytes(18));
     assert_eq!(settings["reference_kv_cache_bytes"], 18 * 2 * 256 * 256 * 4);
 }
 
@@ -143,7 +148,7 @@ fn self_test_and_identical_specs_give_zero() {
     assert!(num(own, "composite") >= 99.5, "{own}");
     // f32 keys and values on a float32 model: the reference's own format.
     let f32 = candidate(&report, 1);
-    assert_eq!(f32["canonical"], "ctk=f32,ctv=f32,group=64,start=0");
+    assert_eq!(f32["canonical"], "ctk=f32,ctv=f32,start=0");
     assert_eq!(num(f32, "mean_kld"), 0.0);
     assert_eq!(num(f32, "same_top_percent"), 100.0);
     assert_eq!(num(f32, "ppl_ratio"), 1.0);
@@ -156,8 +161,8 @@ fn unknown_type_lists_the_accepted_ones() {
     let err = stderr(&out);
     assert!(err.contains("turbo5"), "{err}");
     for t in [
-        "q8_0", "q6_K", "q5_0", "q5_K", "q4_0", "q4_K", "q3_K", "q2_K", "turbo2", "turbo3",
-        "turbo4", "f32", "f16", "bf16",
+        "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "turbo2", "turbo3", "turbo4", "mlx8", "mlx6",
+        "mlx5", "mlx4", "mlx3", "mlx2", "f32", "f16", "bf16",
     ] {
         assert!(err.contains(t), "'{t}' not listed: {err}");
     }
@@ -188,9 +193,9 @@ fn turbo_candidates_score_beside_affine_ones() {
     // keys lose more than 8-bit keys with 4-bit TurboQuant values.
     assert!(num(mixed, "mean_kld") > 0.0 && num(mixed, "mean_kld") < num(turbo3, "mean_kld"));
     // 18 layers of 256 positions, 1 head of 256 values (two groups of 128):
-    // q8_0 keys 256 + 2·4·4 bytes, turbo4 values 2·(64 + 2), turbo3 2·(48 + 2).
+    // q8_0 keys 8 blocks of 34 bytes, turbo4 values 2·(64 + 2), turbo3 2·(48 + 2).
     let per_position = |k: usize, v: usize| 18 * 256 * (k + v);
-    assert_eq!(mixed["kv_cache_bytes"], per_position(256 + 32, 2 * 66));
+    assert_eq!(mixed["kv_cache_bytes"], per_position(8 * 34, 2 * 66));
     assert_eq!(turbo3["kv_cache_bytes"], per_position(2 * 50, 2 * 50));
 }
 
@@ -201,11 +206,14 @@ fn group_with_a_turbo_side_is_an_error() {
         "--corpus",
         CORPUS,
         "--cand",
-        "ctk=q8_0,ctv=turbo3,group=32",
+        "ctk=turbo4,ctv=turbo3,group=32",
     ]);
     assert!(!out.status.success());
     let err = stderr(&out);
-    assert!(err.contains("group=") && err.contains("turbo"), "{err}");
+    assert!(
+        err.contains("group=") && err.contains("TurboQuant"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -2,8 +2,9 @@
 //! against mlx-lm and across bit widths.
 //!
 //! One sweep (the whole shipped corpus: 8 chunks of 512 tokens, 4,088 scored
-//! positions; q8, q6, q4, q2 and q8 keys with q4 values) serves every test
-//! here. The mlx-lm figures are committed in `fixtures/kld/mlx_lm_kld.json`,
+//! positions; MLX's affine formats mlx8, mlx6, mlx4, mlx2 and mlx8 keys with
+//! mlx4 values, as mlx-lm's `QuantizedKVCache` stores them; chunks without
+//! `<bos>`, as the mlx-lm script cuts them) serves every test here. The mlx-lm figures are committed in `fixtures/kld/mlx_lm_kld.json`,
 //! made by `fixtures/kld/mlx_lm_kld.py` (which says how to run it).
 
 mod kld_cli;
@@ -14,11 +15,11 @@ use kld_cli::{by_canonical, num, report, CORPUS};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-const Q8: &str = "ctk=q8_0,ctv=q8_0";
-const Q6: &str = "ctk=q6_K,ctv=q6_K";
-const Q4: &str = "ctk=q4_0,ctv=q4_0";
-const Q2: &str = "ctk=q2_K,ctv=q2_K";
-const Q8_Q4: &str = "ctk=q8_0,ctv=q4_0";
+const Q8: &str = "ctk=mlx8,ctv=mlx8";
+const Q6: &str = "ctk=mlx6,ctv=mlx6";
+const Q4: &str = "ctk=mlx4,ctv=mlx4";
+const Q2: &str = "ctk=mlx2,ctv=mlx2";
+const Q8_Q4: &str = "ctk=mlx8,ctv=mlx4";
 
 /// Relative tolerance against mlx-lm, as the issue sets it. KV quantization
 /// is discontinuous: the float rounding of two correct implementations flips
@@ -52,7 +53,7 @@ fn sweep() -> &'static Value {
             "kld",
             &[
                 "--corpus", CORPUS, "--ref", "", "--cand", Q8, "--cand", Q6, "--cand", Q4,
-                "--cand", Q2, "--cand", Q8_Q4, "--ctx", "512", "--chunks", &chunks,
+                "--cand", Q2, "--cand", Q8_Q4, "--ctx", "512", "--chunks", &chunks, "--no-bos",
             ],
         )
     })

@@ -160,6 +160,7 @@ fn a_refract_score_equals_our_own_kld_and_trajectory() {
         assert_eq!(environment["weights"], "native", "{environment}");
         assert_eq!(environment["activations"], "int8", "{environment}");
         assert_eq!(environment["cpu_kernels"], family.name(), "{environment}");
+        assert_eq!(environment["kld_chunk_start"], "<bos>", "{environment}");
         let composite = num(&refract, "composite");
         println!(
             "REFRACT {CANDIDATE} on {family}: composite {composite:.2}, band {}, axes {}",

@@ -34,7 +34,7 @@ fn trajectory_scores_fall_with_fewer_bits() {
             "--cand",
             "ctk=q8_0,ctv=q8_0",
             "--cand",
-            "ctk=q2_K,ctv=q2_K",
+            "ctk=mlx2,ctv=mlx2",
             "--cand",
             "ctk=f32,ctv=f32",
             "--max-tokens",

@@ -1,9 +1,11 @@
 //! Storage formats of both cache kinds: float casts on insert, every MLX
-//! affine quantization (bits 2, 3, 4, 5, 6, 8 × groups 32, 64, 128),
-//! asymmetric key/value formats, format validation, and the bytes a cache
-//! holds against the per-vector formula.
+//! affine quantization (bits 2, 3, 4, 5, 6, 8 × groups 32, 64, 128), every
+//! ggml block format (the quantizer's bytes, vector by vector), asymmetric
+//! key/value formats, format validation, and the bytes a cache holds
+//! against the per-vector formula.
 
 use gemma::cache::{Attend, CacheFormat, KvCache, KvFormat, KvStore, LayerCache, RotatingKvCache};
+use gemma::quant::{quantize_into, GgufDtype, QUANTIZABLE};
 use mlx_core::{Array, Dtype};
 
 const BATCH: i32 = 2;
@@ -157,6 +159,32 @@ fn check_store(
             assert!(worst <= 1.0, "{context}: an error of {worst} steps");
             worst
         }
+        (KvStore::Block(b), KvFormat::Block(dtype)) => {
+            assert_eq!(b.dtype, dtype, "{context}");
+            let per_vector = (DIM / 32) as usize * dtype.type_size() as usize;
+            let shape = vec![BATCH, HEADS, positions as i32, per_vector as i32];
+            assert_eq!(b.bytes.shape(), shape, "{context}: block shape");
+            let got: Vec<u8> = b
+                .bytes
+                .to_vec::<i8>()
+                .expect("bytes")
+                .into_iter()
+                .map(|v| v as u8)
+                .collect();
+            let d = DIM as usize;
+            let mut want = vec![0u8; per_vector];
+            for (p, row) in rows.iter().enumerate() {
+                for bh in 0..(BATCH * HEADS) as usize {
+                    quantize_into(dtype, &row[bh * d..(bh + 1) * d], &mut want).expect("quantize");
+                    let at = (bh * positions + p) * per_vector;
+                    assert!(
+                        got[at..at + per_vector] == want[..],
+                        "{context}: position {p}, batch·head {bh}: not the quantizer's blocks"
+                    );
+                }
+            }
+            0.0
+        }
         _ => panic!("{context}: store does not match format {format:?}"),
     }
 }
@@ -254,6 +282,41 @@ fn every_quantized_format_works_in_both_caches() {
         }
     }
     println!("worst quantization error in steps: {}", report.join(", "));
+}
+
+#[test]
+fn every_block_format_works_in_both_caches_and_both_dtypes() {
+    for dtype in QUANTIZABLE {
+        for compute in [Dtype::Float32, Dtype::Bfloat16] {
+            let format = CacheFormat {
+                keys: KvFormat::Block(dtype),
+                values: KvFormat::Block(dtype),
+            };
+            for (kind, cache) in both_caches(format) {
+                exercise(
+                    cache,
+                    format,
+                    compute,
+                    &format!("{kind} {dtype} from {compute}"),
+                );
+            }
+        }
+    }
+    let mixed = CacheFormat {
+        keys: KvFormat::Block(GgufDtype::Q8_0),
+        values: KvFormat::Quantized {
+            bits: 4,
+            group_size: 64,
+        },
+    };
+    for (kind, cache) in both_caches(mixed) {
+        exercise(
+            cache,
+            mixed,
+            Dtype::Float32,
+            &format!("{kind} q8_0 keys, mlx4 values"),
+        );
+    }
 }
 
 #[test]
@@ -394,6 +457,13 @@ fn bytes_per_vector_by_hand() {
         KvFormat::Float(None).bytes_per_vector(256, Dtype::Bfloat16),
         512
     );
+    // dim/32 blocks: an f16 scale (and minimum), then the packed values.
+    let block = |t| KvFormat::Block(t).bytes_per_vector(256, Dtype::Float32);
+    assert_eq!(block(GgufDtype::Q8_0), 8 * (2 + 32));
+    assert_eq!(block(GgufDtype::Q4_0), 8 * (2 + 16));
+    assert_eq!(block(GgufDtype::Q4_1), 8 * (4 + 16));
+    assert_eq!(block(GgufDtype::Q5_0), 8 * (2 + 4 + 16));
+    assert_eq!(block(GgufDtype::Q5_1), 8 * (4 + 4 + 16));
     assert_eq!(
         KvFormat::Float(Some(Dtype::Float32)).bytes_per_vector(256, Dtype::Bfloat16),
         1024
@@ -437,6 +507,10 @@ fn reported_bytes_match_the_arrays_and_the_formula() {
         CacheFormat {
             keys: KvFormat::Float(None),
             values: q(5, 64),
+        },
+        CacheFormat {
+            keys: KvFormat::Block(GgufDtype::Q8_0),
+            values: KvFormat::Block(GgufDtype::Q5_1),
         },
     ];
     let schedule = [1, 4, 1, 250, 1, 43, 1];

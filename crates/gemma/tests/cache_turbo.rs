@@ -244,6 +244,7 @@ fn decoded(attend: &Attend, dtype: Dtype) -> Attend {
         keys: plain(&attend.keys),
         values: plain(&attend.values),
         mask: attend.mask.clone(),
+        queries: attend.queries,
     }
 }
 

@@ -16,6 +16,7 @@ use common::fixed_steps::{
 };
 use gemma::cache::{CacheFormat, KvFormat, LayerCache};
 use gemma::forward::decode_step::DecodeStep;
+use gemma::quant::GgufDtype;
 
 #[test]
 fn fixed_steps_give_the_logits_of_the_eager_pass() {
@@ -75,13 +76,45 @@ fn greedy(logits: &[f32]) -> Vec<usize> {
         .collect()
 }
 
+/// The largest logit difference between the eager and the compiled steps of
+/// a cache holding ggml blocks (see the test below).
+const MAX_FLIP_DIFF: f32 = 5e-3;
+
 #[test]
 fn compressed_caches_step_compiled_as_they_step_eagerly() {
     let q = |bits, group_size| KvFormat::Quantized { bits, group_size };
     let t = |bits| KvFormat::Turbo { bits };
+    let b = KvFormat::Block;
     let f = KvFormat::Float(None);
     // (name, head size, format, tokens kept in floats first)
     let cases = [
+        (
+            "ggml q8_0/q4_0",
+            64,
+            CacheFormat {
+                keys: b(GgufDtype::Q8_0),
+                values: b(GgufDtype::Q4_0),
+            },
+            0,
+        ),
+        (
+            "ggml q5_1/turbo3 after 2 float tokens",
+            128,
+            CacheFormat {
+                keys: b(GgufDtype::Q5_1),
+                values: t(3),
+            },
+            2,
+        ),
+        (
+            "float/ggml q4_1",
+            64,
+            CacheFormat {
+                keys: f,
+                values: b(GgufDtype::Q4_1),
+            },
+            0,
+        ),
         (
             "q8_0/q8_0",
             64,
@@ -145,16 +178,31 @@ fn compressed_caches_step_compiled_as_they_step_eagerly() {
                 scheduled(&model, format, start, Steps::Fixed { compiled: true });
             let d = max_diff(&reference, &compiled);
             println!("window {window}, {name}: max |Δ logit| {d:e}");
-            assert!(d < 1e-4, "window {window}, {name}: {d}");
+            // The fixed step attends over the whole buffer under a mask, the
+            // eager one over the positions held, so activations differ in
+            // their last bits; a key or value that lands on the other side
+            // of a rounding decision is stored one level apart, and ggml's
+            // coarser levels move the logits by up to a few thousandths
+            // (MAX_FLIP_DIFF; a q8_0 key at window 8 once flipped one byte
+            // of layer 3 at its second step, 1e-5, while the stored blocks
+            // ended identical).
+            let blocks = |f: KvFormat| matches!(f, KvFormat::Block(_));
+            let bound = if blocks(format.keys) || blocks(format.values) {
+                MAX_FLIP_DIFF
+            } else {
+                1e-4
+            };
+            assert!(d < bound, "window {window}, {name}: {d}");
             assert_eq!(
                 greedy(&reference),
                 greedy(&compiled),
                 "window {window}, {name}"
             );
             // The buffers stayed in their format: 1 float array, 3 affine
-            // ones (packed, scales, biases) or 2 TurboQuant ones per side.
+            // ones (packed, scales, biases), 2 TurboQuant ones or 1 of ggml
+            // blocks per side.
             let arrays = |f: KvFormat| match f {
-                KvFormat::Float(_) => 1,
+                KvFormat::Float(_) | KvFormat::Block(_) => 1,
                 KvFormat::Quantized { .. } => 3,
                 KvFormat::Turbo { .. } => 2,
             };

@@ -9,7 +9,7 @@ use common::fixed_steps::{
 use common::gpu::{floats, on_gpu};
 use common::models::random_model;
 use gemma::cache::turbo::{rotate, unrotate};
-use gemma::cache::{Attend, CacheFormat, KeyMask, KvFormat, KvStore, LayerKv};
+use gemma::cache::{Attend, CacheFormat, KeyMask, KvFormat, KvStore, LayerKv, QueryRounding};
 use gemma::config::Gemma3Config;
 use gemma::cuda::{
     decode_attention, decode_attention_stored, decode_layer, grid_barrier, linear_row,
@@ -335,6 +335,7 @@ fn eager_attention_over_affine_caches_gives_the_attention_of_the_decoded_vectors
                 keys: store(&k2),
                 values: store(&k3),
                 mask: KeyMask::All,
+                queries: QueryRounding::Exact,
             };
             let scale = 1.0 / (d as f32).sqrt();
             let ours = cache_attention(&q, &attend, scale, false).unwrap();

@@ -1,6 +1,7 @@
 //! llama.cpp beside ours on the CPU, on the default model's own GGUF file:
 //! built once from the source in `../shared/llamacpp/` (`GGML_NATIVE=ON`,
-//! about 9 minutes on 2 cores) under `target/llamacpp/`, then `llama-bench`
+//! about 9 minutes on 2 cores) under `target/llamacpp/`
+//! ([`crate::llama_build`]), then `llama-bench`
 //! and `gemma-mlx generate` (native and dequantized weights) alternate,
 //! prompt 512 and 128 generated tokens as `llama-bench -p 512 -n 128`
 //! measures them, each process's peak resident memory taken by GNU time.
@@ -9,14 +10,12 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use serde::Serialize;
 
 use crate::command;
-use crate::python;
-use crate::workspace::Workspace;
 
-/// The vendored llama.cpp's commit (its tarball's name).
+/// The vendored llama.cpp's commit.
 const COMMIT: &str = "0c1e570";
 /// Prompt tokens and generated tokens of every run.
 pub const PROMPT: usize = 512;
@@ -45,75 +44,6 @@ pub struct LlamaComparison {
     pub threads: usize,
     /// llama.cpp first, then ours with native and with dequantized weights.
     pub engines: Vec<EngineFigures>,
-}
-
-/// `llama-bench`, built under `target/llamacpp/` unless it is there.
-pub fn ensure_built(workspace: &Workspace) -> Result<PathBuf> {
-    let dir = workspace.root().join("target/llamacpp");
-    let tree = dir.join("llama.cpp");
-    let binary = tree.join("build/bin/llama-bench");
-    if binary.is_file() {
-        return Ok(binary);
-    }
-    let tarball = workspace
-        .root()
-        .join(format!("../shared/llamacpp/llama.cpp-{COMMIT}.tar.xz"));
-    if !tarball.is_file() {
-        bail!(
-            "llama.cpp's source {} is missing; run with --no-llama-cpp to leave llama.cpp out",
-            tarball.display()
-        );
-    }
-    fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let cmake = cmake(&dir)?;
-    if !tree.is_dir() {
-        command::run(
-            Command::new("tar")
-                .arg("xJf")
-                .arg(&tarball)
-                .arg("-C")
-                .arg(&dir),
-        )?;
-    }
-    println!("bench: building llama.cpp {COMMIT} for this CPU (about 9 minutes on 2 cores)");
-    command::run(Command::new(&cmake).current_dir(&tree).args([
-        "-B",
-        "build",
-        "-DCMAKE_BUILD_TYPE=Release",
-        "-DGGML_NATIVE=ON",
-        "-DLLAMA_BUILD_TESTS=OFF",
-        "-DLLAMA_BUILD_EXAMPLES=OFF",
-        "-DLLAMA_BUILD_SERVER=OFF",
-        "-DLLAMA_CURL=OFF",
-    ]))?;
-    let jobs = std::thread::available_parallelism().map_or(2, |n| n.get());
-    command::run(Command::new(&cmake).current_dir(&tree).args([
-        "--build",
-        "build",
-        "--target",
-        "llama-bench",
-        "-j",
-        &jobs.to_string(),
-    ]))?;
-    if !binary.is_file() {
-        bail!("the llama.cpp build did not produce {}", binary.display());
-    }
-    Ok(binary)
-}
-
-/// `cmake` from the PATH, else from PyPI's `cmake` wheel installed under `dir`.
-fn cmake(dir: &Path) -> Result<PathBuf> {
-    if command::capture(Command::new("cmake").arg("--version")).is_ok_and(|o| o.status.success()) {
-        return Ok(PathBuf::from("cmake"));
-    }
-    let target = dir.join("cmake-wheel");
-    let binary = target.join("cmake/data/bin/cmake");
-    if !binary.is_file() {
-        let mut pip = python::pip(&["install", "--target"]);
-        pip.arg(&target).arg("cmake");
-        command::run(&mut pip).context("cmake is missing and pip could not install it")?;
-    }
-    Ok(binary)
 }
 
 /// Runs llama.cpp and ours, alternating, `rounds` times.

@@ -23,6 +23,7 @@ use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
 use crate::command;
+use crate::llama_build;
 use crate::mlx_build::Backend;
 use crate::mlx_lm_env::{self, Flavor};
 use crate::setup::{self, SetupOptions};
@@ -58,7 +59,7 @@ const FLATNESS_MARKS: &str = "1000,4000";
 /// The KLD sweep's candidates.
 const KLD_CANDIDATES: [&str; 4] = [
     "ctk=q8_0,ctv=q8_0",
-    "ctk=q6_K,ctv=q6_K",
+    "ctk=q5_1,ctv=q5_1",
     "ctk=q4_0,ctv=q4_0",
     "ctk=q8_0,ctv=q4_0",
 ];
@@ -167,7 +168,9 @@ pub fn run(workspace: &Workspace, options: &BenchOptions) -> Result<()> {
         None
     };
     let llama_cpp = if options.llama_rounds > 0 {
-        let llama_bench = llamacpp::ensure_built(workspace)?;
+        let llama_bench =
+            llama_build::ensure_built(workspace, &llama_build::STOCK, &["llama-bench"])?
+                .join("llama-bench");
         let model = workspace.model_root().join(crate::model::MODEL_FILE);
         Some(llamacpp::compare(
             &llama_bench,

@@ -50,6 +50,8 @@ pub struct ChunkingReport {
     pub chunks_requested: usize,
     /// Each chunk's first token replaced with `<bos>`.
     pub bos: bool,
+    /// The chunk convention in words (see [`chunk_convention`]).
+    pub convention: &'static str,
     /// Only the second half of each chunk scored.
     pub second_half: bool,
     /// The reference recomputed for every candidate.
@@ -124,6 +126,18 @@ pub struct KldReport {
     pub candidates: Vec<CandidateReport>,
 }
 
+/// The chunk convention of a sweep, in words: `<bos>` in place of each
+/// chunk's first token is how llama-perplexity scores (and how Gemma 3 was
+/// trained to see a sequence start); without it a chunk starts mid-text,
+/// as REFRACT's MLX backend scored.
+pub fn chunk_convention(bos: bool) -> &'static str {
+    if bos {
+        "<bos> at each chunk's start (llama-perplexity's)"
+    } else {
+        "chunks start mid-text, no <bos> (REFRACT's MLX backend's)"
+    }
+}
+
 impl KldReport {
     /// A table for people.
     pub fn table(&self) -> String {
@@ -165,6 +179,19 @@ impl KldReport {
                 f(c.trajectory_score, 2),
                 c.composite,
                 c.band
+            ));
+        }
+        if let Some(c) = &self.settings.chunking {
+            out.push_str(&format!(
+                "{} chunks of {} tokens{}; {}\n",
+                c.chunks,
+                c.ctx,
+                if c.second_half {
+                    ", second halves scored"
+                } else {
+                    ""
+                },
+                c.convention
             ));
         }
         out

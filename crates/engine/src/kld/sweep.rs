@@ -4,7 +4,7 @@
 //! values as they enter, so the chunk attends to them exactly as generation
 //! would.
 
-use gemma::cache::CacheFormat;
+use gemma::cache::{CacheFormat, QueryRounding};
 use gemma::linear::gguf::MIN_INPUTS_FOR_MATMUL;
 use gemma::model::Gemma3;
 use mlx_core::{memory, Array};
@@ -39,6 +39,8 @@ pub struct Side<'a> {
     pub format: CacheFormat,
     /// Tokens kept in the compute dtype before quantizing starts.
     pub start: usize,
+    /// How attention treats the queries.
+    pub queries: QueryRounding,
 }
 
 /// The samples of every candidate, and what it took.
@@ -82,14 +84,18 @@ impl ActiveMemory {
     }
 }
 
-/// The chunks of `tokens` under `settings` (an error if there is none).
+/// The chunks of the text's `tokens` under `settings` (an error if there
+/// is none). With `bos`, as llama-perplexity cuts them: the text follows a
+/// `<bos>`, and each chunk's first token is replaced with `<bos>`, so that
+/// chunk i holds the tokens llama-perplexity's chunk i holds.
 pub fn chunks(tokens: &[u32], settings: &ChunkSettings) -> Result<Vec<Vec<u32>>, GenerateError> {
     if settings.ctx < 2 {
         return Err(GenerateError::Input(
             "--ctx must be at least 2 tokens".into(),
         ));
     }
-    let out: Vec<Vec<u32>> = tokens
+    let stream: Vec<u32> = settings.bos.iter().chain(tokens).copied().collect();
+    let out: Vec<Vec<u32>> = stream
         .chunks_exact(settings.ctx)
         .take(settings.chunks)
         .map(|c| {
@@ -130,7 +136,10 @@ fn run_chunk(side: &Side<'_>, chunk: &Array, from: i32) -> Result<(Array, usize)
         .model
         .make_caches(side.format)?
         .into_iter()
-        .map(|c| c.quantize_from(side.start as i32))
+        .map(|c| {
+            c.quantize_from(side.start as i32)
+                .round_queries(side.queries)
+        })
         .collect();
     let l = chunk.dim(1)?;
     let cut = (side.start as i32).min(l);

@@ -112,8 +112,26 @@ pub struct LayerKv<'a> {
     pub valid: &'a Array,
 }
 
+/// How attention treats the queries before their products with a cache's
+/// keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum QueryRounding {
+    /// As computed, in the compute dtype.
+    #[default]
+    Exact,
+    /// As llama.cpp's CPU flash attention treats a prompt batch's queries
+    /// (`ggml_compute_forward_flash_attn_ext_f16_one_chunk`): unless keys and
+    /// values are both f16 or f32 (its tiled f32 path), each query
+    /// is converted to the keys' dot-product type first — rounded to f16
+    /// against float keys (llama.cpp casts f32 keys to f16), to bf16
+    /// against bf16 keys, quantized to 8-bit blocks of 32 against ggml
+    /// block keys; TurboQuant and MLX affine keys take it as it is. Its
+    /// accumulation of f16 values in f16 is not reproduced.
+    LlamaCpu,
+}
+
 /// What attention reads after a cache update: the keys and values to attend
-/// to and the mask over them.
+/// to, the mask over them, and how the queries are treated.
 #[derive(Debug, Clone)]
 pub struct Attend {
     /// Keys, `[B, heads, keys, dim]` in the cache's format.
@@ -122,6 +140,8 @@ pub struct Attend {
     pub values: KvStore,
     /// The mask.
     pub mask: KeyMask,
+    /// How the queries are treated.
+    pub queries: QueryRounding,
 }
 
 /// `n` rounded up to a multiple of [`STEP`].

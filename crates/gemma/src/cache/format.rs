@@ -1,11 +1,13 @@
 //! How a cache stores key or value vectors: floats of one dtype, MLX
-//! affine quantization with per-group scales and biases, or TurboQuant
-//! ([`super::turbo`]).
+//! affine quantization with per-group scales and biases, ggml's 32-value
+//! blocks ([`super::block`]), or TurboQuant ([`super::turbo`]).
 
 use mlx_core::{concatenate, quantize, zeros, Array, Dtype, QuantizedArray};
 
+use super::block::{self, BlockArray, BLOCK_BYTES_DTYPE};
 use super::error::CacheError;
 use super::turbo::{self, TurboArray, TURBO_GROUP};
+use crate::quant::{GgufDtype, BLOCK_VALUES};
 
 /// The storage format of keys or of values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,6 +27,9 @@ pub enum KvFormat {
         /// 2, 3 or 4.
         bits: i32,
     },
+    /// One of ggml's 32-value block formats (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1),
+    /// byte for byte as llama.cpp stores its KV cache.
+    Block(GgufDtype),
 }
 
 impl KvFormat {
@@ -32,6 +37,9 @@ impl KvFormat {
     pub fn validate(&self, dim: i32) -> Result<(), CacheError> {
         if let KvFormat::Turbo { bits } = *self {
             return turbo::validate(bits, dim);
+        }
+        if let KvFormat::Block(dtype) = *self {
+            return block::validate(dtype, dim);
         }
         if let KvFormat::Quantized { bits, group_size } = *self {
             if ![2, 3, 4, 5, 6, 8].contains(&bits) {
@@ -56,7 +64,8 @@ impl KvFormat {
     /// Bytes one stored vector of `dim` values takes: `dim·bits/8` packed
     /// bytes plus `2·dim/group` scales and biases in `compute` for an affine
     /// format; `dim·bits/8` packed bytes plus a float16 norm per 128 values
-    /// for TurboQuant; `dim` values of the stored dtype otherwise.
+    /// for TurboQuant; `dim / 32` blocks of a block format; `dim` values of
+    /// the stored dtype otherwise.
     pub fn bytes_per_vector(&self, dim: usize, compute: Dtype) -> usize {
         match *self {
             KvFormat::Float(dtype) => dim * dtype.unwrap_or(compute).size_bytes(),
@@ -67,6 +76,7 @@ impl KvFormat {
                 let groups = dim / TURBO_GROUP as usize;
                 groups * (turbo::packed_group_bytes(bits) as usize + Dtype::Float16.size_bytes())
             }
+            KvFormat::Block(dtype) => dim / BLOCK_VALUES * dtype.type_size() as usize,
         }
     }
 
@@ -93,6 +103,8 @@ pub enum KvStore {
     Quantized(QuantizedArray),
     /// TurboQuant vectors (rotated domain).
     Turbo(TurboArray),
+    /// Vectors in ggml blocks.
+    Block(BlockArray),
 }
 
 impl KvStore {
@@ -109,6 +121,7 @@ impl KvStore {
                 KvStore::Quantized(quantize(x, group_size, bits)?)
             }
             KvFormat::Turbo { bits } => KvStore::Turbo(TurboArray::encode(x, bits)?),
+            KvFormat::Block(dtype) => KvStore::Block(BlockArray::encode(x, dtype)?),
         })
     }
 
@@ -118,7 +131,7 @@ impl KvStore {
     pub fn convert(&self, format: KvFormat) -> Result<KvStore, CacheError> {
         match self {
             KvStore::Float(a) => KvStore::encode(a, format),
-            KvStore::Quantized(_) | KvStore::Turbo(_) => Ok(self.clone()),
+            KvStore::Quantized(_) | KvStore::Turbo(_) | KvStore::Block(_) => Ok(self.clone()),
         }
     }
 
@@ -150,6 +163,10 @@ impl KvStore {
                 norms: f(&t.norms)?,
                 bits: t.bits,
             }),
+            KvStore::Block(b) => KvStore::Block(BlockArray {
+                bytes: f(&b.bytes)?,
+                dtype: b.dtype,
+            }),
         })
     }
 
@@ -173,6 +190,12 @@ impl KvStore {
                 norms: f(&a.norms, &b.norms)?,
                 bits: a.bits,
             }),
+            (KvStore::Block(a), KvStore::Block(b)) if a.dtype == b.dtype => {
+                KvStore::Block(BlockArray {
+                    bytes: f(&a.bytes, &b.bytes)?,
+                    dtype: a.dtype,
+                })
+            }
             _ => {
                 return Err(CacheError::Format(
                     "mixing stores of different formats".into(),
@@ -190,13 +213,15 @@ impl KvStore {
                 group_size: q.group_size,
             },
             KvStore::Turbo(t) => KvFormat::Turbo { bits: t.bits },
+            KvStore::Block(b) => KvFormat::Block(b.dtype),
         }
     }
 
     /// The store that [`KvStore::arrays`] flattened at the head of `arrays`,
     /// for vectors of `dim` values, and how many arrays it took: one float
-    /// array; uint32 packed values, scales and biases (affine); or uint8
-    /// packed indices and float16 norms (TurboQuant).
+    /// array; uint32 packed values, scales and biases (affine); uint8
+    /// packed indices and float16 norms (TurboQuant); or one int8 array of
+    /// ggml blocks, whose size per vector names the block format.
     pub fn from_arrays(arrays: &[Array], dim: i32) -> Result<(KvStore, usize), CacheError> {
         let missing = || CacheError::Format("too few arrays for a stored format".into());
         let first = arrays.first().ok_or_else(missing)?;
@@ -225,6 +250,19 @@ impl KvStore {
                 });
                 (store, 2)
             }
+            BLOCK_BYTES_DTYPE => {
+                let bytes = first.dim(-1)?;
+                let dtype = block::dtype_of(bytes, dim).ok_or_else(|| {
+                    CacheError::Format(format!(
+                        "{bytes} bytes per vector of {dim} values is no block format"
+                    ))
+                })?;
+                let store = KvStore::Block(BlockArray {
+                    bytes: first.clone(),
+                    dtype,
+                });
+                (store, 1)
+            }
             _ => (KvStore::Float(first.clone()), 1),
         })
     }
@@ -235,6 +273,7 @@ impl KvStore {
             KvStore::Float(a) => a.shape(),
             KvStore::Quantized(q) => q.packed.shape(),
             KvStore::Turbo(t) => t.packed.shape(),
+            KvStore::Block(b) => b.bytes.shape(),
         };
         shape.get(2).copied().unwrap_or(0)
     }
@@ -289,6 +328,7 @@ impl KvStore {
             KvStore::Float(a) => a.nbytes(),
             KvStore::Quantized(q) => q.nbytes(),
             KvStore::Turbo(t) => t.nbytes(),
+            KvStore::Block(b) => b.nbytes(),
         }
     }
 
@@ -300,6 +340,7 @@ impl KvStore {
             KvStore::Float(a) => Ok(a.clone()),
             KvStore::Quantized(q) => Ok(q.dequantize()?.astype(dtype)?),
             KvStore::Turbo(t) => t.decode(dtype),
+            KvStore::Block(b) => b.decode(dtype),
         }
     }
 
@@ -309,6 +350,7 @@ impl KvStore {
             KvStore::Float(a) => vec![a],
             KvStore::Quantized(q) => vec![&q.packed, &q.scales, &q.biases],
             KvStore::Turbo(t) => vec![&t.packed, &t.norms],
+            KvStore::Block(b) => vec![&b.bytes],
         }
     }
 }

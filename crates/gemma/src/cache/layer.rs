@@ -2,7 +2,7 @@
 
 use mlx_core::Array;
 
-use super::buffers::{Attend, FixedSlot};
+use super::buffers::{Attend, FixedSlot, QueryRounding};
 use super::error::CacheError;
 use super::format::{KvStore, VectorSpec};
 use super::plain::KvCache;
@@ -38,11 +38,21 @@ impl LayerCache {
         }
     }
 
+    /// Treats the queries that attend to this cache as `queries` says;
+    /// a cache that rounds them is not reserved for fixed-shape steps (see
+    /// [`LayerCache::reserve_fixed`]) and decodes eagerly.
+    pub fn round_queries(self, queries: QueryRounding) -> LayerCache {
+        match self {
+            LayerCache::Plain(c) => LayerCache::Plain(c.round_queries(queries)),
+            LayerCache::Rotating(c) => LayerCache::Rotating(c.round_queries(queries)),
+        }
+    }
+
     /// Readies the cache for fixed-shape single-token steps until it holds
     /// `positions` tokens: buffers of batch 1 in its format, grown to their
     /// final capacity. Returns false, changing nothing, when its format
-    /// changes before then (it keeps floats until `start`), or it holds a
-    /// batch of several.
+    /// changes before then (it keeps floats until `start`), it holds a
+    /// batch of several, or it rounds queries.
     pub fn reserve_fixed(&mut self, positions: i32, spec: VectorSpec) -> Result<bool, CacheError> {
         match self {
             LayerCache::Plain(c) => c.reserve_fixed(positions, spec),

@@ -4,13 +4,14 @@
 //! - [`RotatingKvCache`] (sliding layers): a ring buffer of the window size.
 //!
 //! Both store keys and values in any [`KvFormat`] — floats, MLX affine
-//! quantization or TurboQuant ([`turbo`]), with independent formats for keys
-//! and values — so a
+//! quantization, ggml's block formats ([`block`]) or TurboQuant ([`turbo`]),
+//! with independent formats for keys and values — so a
 //! "quantized cache" is either kind with a quantized format: quantization is a
 //! storage format ([`KvStore`]), not a third kind of cache. Vectors are encoded
 //! as they enter, so the queries of a prefill chunk attend to the stored
 //! (possibly quantized) keys and values, their own included.
 
+pub mod block;
 mod buffers;
 mod error;
 mod format;
@@ -19,7 +20,8 @@ mod plain;
 mod rotating;
 pub mod turbo;
 
-pub use buffers::{Attend, CacheFormat, FixedSlot, KeyMask, LayerKv, STEP};
+pub use block::BlockArray;
+pub use buffers::{Attend, CacheFormat, FixedSlot, KeyMask, LayerKv, QueryRounding, STEP};
 pub use error::CacheError;
 pub use format::{KvFormat, KvStore, VectorSpec};
 pub use layer::LayerCache;

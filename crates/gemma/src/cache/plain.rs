@@ -4,7 +4,7 @@ use mlx_core::{arange, Array, Dtype};
 
 use super::buffers::{
     convert_stores, fixed_slot_of, pair_arrays, pair_nbytes, reserve_fixed_pair, round_up, Attend,
-    CacheFormat, FixedSlot, KeyMask,
+    CacheFormat, FixedSlot, KeyMask, QueryRounding,
 };
 use super::error::CacheError;
 use super::format::{KvStore, VectorSpec};
@@ -21,6 +21,7 @@ pub struct KvCache {
     keys: Option<KvStore>,
     values: Option<KvStore>,
     offset: i32,
+    queries: QueryRounding,
 }
 
 impl KvCache {
@@ -32,7 +33,15 @@ impl KvCache {
             keys: None,
             values: None,
             offset: 0,
+            queries: QueryRounding::Exact,
         }
+    }
+
+    /// Treats the queries that attend to this cache as `queries` says (see
+    /// [`crate::cache::LayerCache::round_queries`]).
+    pub fn round_queries(mut self, queries: QueryRounding) -> KvCache {
+        self.queries = queries;
+        self
     }
 
     /// Keeps the compute dtype for the first `start` tokens (see
@@ -87,12 +96,20 @@ impl KvCache {
             (keys.clone(), values.clone())
         };
         let mask = if n > 1 { KeyMask::Causal } else { KeyMask::All };
-        Ok(Attend { keys, values, mask })
+        Ok(Attend {
+            keys,
+            values,
+            mask,
+            queries: self.queries,
+        })
     }
 
     /// See [`crate::cache::LayerCache::reserve_fixed`]: buffers of `positions`
     /// rounded up to whole steps.
     pub fn reserve_fixed(&mut self, positions: i32, spec: VectorSpec) -> Result<bool, CacheError> {
+        if self.queries != QueryRounding::Exact {
+            return Ok(false);
+        }
         let last = positions.max(self.offset + 1) - 1;
         let formats = (
             self.format.active(self.offset, self.start),

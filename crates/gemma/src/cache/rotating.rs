@@ -4,7 +4,7 @@ use mlx_core::{arange, Array, Dtype};
 
 use super::buffers::{
     convert_stores, fixed_slot_of, pair_arrays, pair_nbytes, reserve_fixed_pair, round_up, Attend,
-    CacheFormat, FixedSlot, KeyMask, STEP,
+    CacheFormat, FixedSlot, KeyMask, QueryRounding, STEP,
 };
 use super::error::CacheError;
 use super::format::{KvStore, VectorSpec};
@@ -32,6 +32,7 @@ pub struct RotatingKvCache {
     /// Where the next single token is written; when the buffer is full, the
     /// oldest token sits here.
     next: i32,
+    queries: QueryRounding,
 }
 
 impl RotatingKvCache {
@@ -51,7 +52,15 @@ impl RotatingKvCache {
             offset: 0,
             filled: 0,
             next: 0,
+            queries: QueryRounding::Exact,
         })
+    }
+
+    /// Treats the queries that attend to this cache as `queries` says (see
+    /// [`crate::cache::LayerCache::round_queries`]).
+    pub fn round_queries(mut self, queries: QueryRounding) -> RotatingKvCache {
+        self.queries = queries;
+        self
     }
 
     /// Keeps the compute dtype for the first `start` tokens (see
@@ -110,12 +119,14 @@ impl RotatingKvCache {
                 keys: k.clone(),
                 values: v.clone(),
                 mask: KeyMask::All,
+                queries: self.queries,
             }
         } else {
             Attend {
                 keys: k.slice(0, self.filled)?,
                 values: v.slice(0, self.filled)?,
                 mask: KeyMask::All,
+                queries: self.queries,
             }
         };
         self.keys = Some(k);
@@ -201,12 +212,16 @@ impl RotatingKvCache {
             keys: attend_keys,
             values: attend_values,
             mask,
+            queries: self.queries,
         })
     }
 
     /// See [`crate::cache::LayerCache::reserve_fixed`]: buffers of `positions`
     /// rounded up to whole steps, at most the window.
     pub fn reserve_fixed(&mut self, positions: i32, spec: VectorSpec) -> Result<bool, CacheError> {
+        if self.queries != QueryRounding::Exact {
+            return Ok(false);
+        }
         let last = positions.max(self.offset + 1) - 1;
         let formats = (
             self.format.active(self.offset, self.start),

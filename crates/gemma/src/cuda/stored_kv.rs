@@ -300,6 +300,9 @@ __device__ __forceinline__ void gemma_kv_encode(
 }
 "#;
 
+/// The format number of ggml blocks, which no kernel reads yet.
+const BLOCKS: i32 = 3;
+
 /// One side (keys or values) of a store as the kernels read it: its arrays
 /// and its format's template arguments (`F`, `BITS`, `GS`).
 pub(super) struct StoredSide {
@@ -309,7 +312,7 @@ pub(super) struct StoredSide {
     scales: Option<Array>,
     /// Affine biases.
     biases: Option<Array>,
-    /// The format (0 float, 1 affine, 2 TurboQuant).
+    /// The format (0 float, 1 affine, 2 TurboQuant, [`BLOCKS`] ggml blocks).
     format: i32,
     /// Bits per value of a compressed format.
     bits: i32,
@@ -345,6 +348,14 @@ impl StoredSide {
                 bits: t.bits,
                 group: 0,
             },
+            KvStore::Block(b) => StoredSide {
+                data: b.bytes.clone(),
+                scales: None,
+                biases: None,
+                format: BLOCKS,
+                bits: 0,
+                group: 0,
+            },
         }
     }
 
@@ -352,7 +363,7 @@ impl StoredSide {
     /// in `dtype`: floats of that dtype, affine codes of 2 to 8 bits in
     /// groups of 32, 64 or 128 that divide `d` into at most `max_groups`
     /// groups, or TurboQuant groups; the data's last axis as the format
-    /// lays out `d` values.
+    /// lays out `d` values. They do not read ggml blocks yet.
     pub fn suits(&self, dtype: Dtype, d: i32, max_groups: i32) -> bool {
         let width = self.data.dim(-1).ok();
         match self.format {
@@ -364,10 +375,11 @@ impl StoredSide {
                     && d / self.group <= max_groups
                     && width == Some(d * self.bits / 32)
             }
-            _ => {
+            2 => {
                 d % turbo::TURBO_GROUP == 0
                     && width == Some(d / turbo::TURBO_GROUP * turbo::packed_group_bytes(self.bits))
             }
+            _ => false,
         }
     }
 

@@ -4,8 +4,9 @@ use mlx_core::fast::{scaled_dot_product_attention, AttentionMask};
 use mlx_core::{Array, Dtype};
 
 use super::placement::Placement;
+use super::query_rounding::rounded_queries;
 use crate::cache::turbo::{rotate, unrotate};
-use crate::cache::{Attend, CacheError, KeyMask, KvStore};
+use crate::cache::{Attend, CacheError, KeyMask, KvStore, QueryRounding};
 use crate::cpu::prompt_attention::{self as cpu_prompt_attention, RowMask};
 use crate::cuda::decode_attention_stored;
 use crate::model::ModelError;
@@ -48,6 +49,8 @@ pub(super) fn attend_to(
     scale: f32,
     place: Placement,
 ) -> Result<Array, ModelError> {
+    let rounded = rounded_queries(q, attend)?;
+    let q = &rounded;
     let (turbo_keys, turbo_values) = (
         matches!(attend.keys, KvStore::Turbo(_)),
         matches!(attend.values, KvStore::Turbo(_)),
@@ -77,6 +80,7 @@ pub(super) fn attend_to(
             keys: decode_turbo(&attend.keys, q.dtype())?,
             values: decode_turbo(&attend.values, q.dtype())?,
             mask: attend.mask.clone(),
+            queries: QueryRounding::Exact,
         };
         return finish(attend_to(&queries, &decoded, scale, place)?);
     }

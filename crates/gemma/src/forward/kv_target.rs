@@ -5,7 +5,7 @@
 use mlx_core::fast::RopeOffset;
 use mlx_core::Array;
 
-use crate::cache::{Attend, CacheError, KeyMask, KvStore, LayerCache, LayerKv};
+use crate::cache::{Attend, CacheError, KeyMask, KvStore, LayerCache, LayerKv, QueryRounding};
 
 /// Where one block's new keys and values go, and what its queries then
 /// attend to.
@@ -82,6 +82,7 @@ impl FixedTarget<'_> {
                 valid: self.valid.clone(),
                 additive: self.mask.clone(),
             },
+            queries: QueryRounding::Exact,
         })
     }
 }

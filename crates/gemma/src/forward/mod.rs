@@ -19,6 +19,7 @@ mod attention;
 pub mod decode_step;
 pub(crate) mod kv_target;
 mod placement;
+mod query_rounding;
 
 use mlx_core::fast::rms_norm;
 use mlx_core::{Array, Dtype, Function};

@@ -2,10 +2,20 @@
 ``gemma-mlx worker`` that keeps the model loaded (one worker per model).
 
 KV specs are REFRACT's own strings (``ctk=f16,ctv=f16``,
-``ctk=q8_0,ctv=turbo4``, ...) passed to gemma-mlx as they are: keys and
-values independent, ``turbo2/3/4``, ``group=`` and ``start=`` all apply;
-gemma-mlx rejects what it does not know, naming what it accepts.
+``ctk=q8_0,ctv=turbo4``, ...) passed to gemma-mlx as they are, meaning what
+they mean in llama.cpp: ``q8_0``/``q4_0``/``q4_1``/``q5_0``/``q5_1`` are
+ggml's blocks, ``turbo2/3/4`` the TurboQuant fork's; MLX's affine formats,
+which REFRACT's MLX backend called ``q8_0`` and ``q4_0``, are ``mlx8`` and
+``mlx4`` (``group=`` applies to them). Keys and values are independent and
+``start=`` applies; gemma-mlx rejects what it does not know, naming what it
+accepts.
+
+KLD chunks start with ``<bos>``, as llama-perplexity (REFRACT's llama.cpp
+backend) scores them, so that the two backends' numbers compare.
 """
+
+#: How KLD chunks start, as the worker's ``kld`` request takes it.
+KLD_BOS = True
 
 from __future__ import annotations
 
@@ -93,7 +103,8 @@ class GemmaMlxBackend(Backend):
     def run_kld(self, *, model: Path, corpus: Path, ref_kv_str: str, cand_kv_str: str,
                 chunks: int = 32, ctx: int = 512, n_gpu_layers: int = 99) -> KLDResult:
         report = self._request(model, "kld", corpus=str(Path(corpus).resolve()),
-                               ref=ref_kv_str, cand=[cand_kv_str], ctx=ctx, chunks=chunks)
+                               ref=ref_kv_str, cand=[cand_kv_str], ctx=ctx, chunks=chunks,
+                               bos=KLD_BOS)
         candidate = report["candidates"][0]
         settings = report["settings"]
         return KLDResult(
@@ -127,6 +138,8 @@ class GemmaMlxBackend(Backend):
             "weights": info.get("weights"),
             "activations": info.get("activations"),
             "cpu_kernels": info.get("cpu_kernels"),
+            "kld_chunk_start": "<bos>" if KLD_BOS else "mid-text",
+            "kv_type_names": "llama.cpp's (q8_0 etc. are ggml blocks; MLX affine is mlx8/mlx4)",
         }
 
 

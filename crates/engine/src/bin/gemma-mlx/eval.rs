@@ -5,7 +5,9 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use engine::kld::report::{CandidateReport, ChunkingReport, KldReport, KldSettingsReport};
+use engine::kld::report::{
+    chunk_convention, CandidateReport, ChunkingReport, KldReport, KldSettingsReport,
+};
 use engine::kld::stats::KldStats;
 use engine::kld::sweep::{chunks, sweep, ChunkSettings, Side};
 use engine::kld::trajectory::{
@@ -19,6 +21,7 @@ use sha2::{Digest, Sha256};
 
 use crate::model_args::ModelArgs;
 use crate::output::print_json;
+use crate::sampling_args::print_notes;
 
 /// The KV specs compared.
 #[derive(Debug, Args)]
@@ -34,13 +37,24 @@ pub struct SpecArgs {
 impl SpecArgs {
     /// The reference spec and the candidate specs, parsed.
     fn parse(&self) -> Result<(KvSpec, Vec<KvSpec>)> {
-        let candidates = self
-            .candidates
-            .iter()
-            .map(|c| KvSpec::parse(c))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok((KvSpec::parse(&self.reference)?, candidates))
+        parse_specs(&self.reference, &self.candidates)
     }
+}
+
+/// A reference spec and candidate specs, parsed (notes on stderr, once
+/// each, see [`print_notes`]).
+pub fn parse_specs(reference: &str, candidates: &[String]) -> Result<(KvSpec, Vec<KvSpec>)> {
+    let reference = KvSpec::parse(reference)?;
+    let candidates = candidates
+        .iter()
+        .map(|c| KvSpec::parse(c))
+        .collect::<Result<Vec<_>, _>>()?;
+    print_notes(
+        &std::iter::once(&reference)
+            .chain(&candidates)
+            .collect::<Vec<_>>(),
+    );
+    Ok((reference, candidates))
 }
 
 /// Where a report goes besides the table on stdout.
@@ -69,8 +83,15 @@ pub struct KldArgs {
     /// Most chunks to score.
     #[arg(long, default_value_t = 32)]
     pub chunks: usize,
-    /// Replace each chunk's first token with `<bos>`.
+    /// Keep each chunk's first token as the text has it. By default it is
+    /// replaced with `<bos>`, as llama-perplexity scores: compare with
+    /// llama.cpp and its TurboQuant fork that way; this flag gives the
+    /// convention of REFRACT's MLX backend.
     #[arg(long)]
+    pub no_bos: bool,
+    /// `<bos>` at each chunk's start: the default, accepted for scripts
+    /// that pass it.
+    #[arg(long, hide = true, conflicts_with = "no_bos")]
     pub bos: bool,
     /// Score only the second half of each chunk.
     #[arg(long)]
@@ -137,6 +158,7 @@ fn greedy_options(engine: &Engine, spec: &KvSpec, max_tokens: usize) -> Result<G
         max_tokens,
         cache_format: spec.cache_format()?,
         kv_start: spec.start,
+        kv_queries: spec.queries,
         decode: default_decode(&engine.loaded.model)?,
         ..GenerateOptions::default()
     })
@@ -247,7 +269,7 @@ pub fn kld(args: KldArgs) -> Result<()> {
         candidates,
         ctx: args.ctx,
         chunks: args.chunks,
-        bos: args.bos,
+        bos: !args.no_bos,
         second_half: args.second_half,
         two_forwards: args.two_forwards,
         prompts: args.prompts.as_deref(),
@@ -298,6 +320,7 @@ pub fn kld_report(
         model: &ref_engine.loaded.model,
         format: job.reference.cache_format()?,
         start: job.reference.start,
+        queries: job.reference.queries,
     };
     let sides = job
         .candidates
@@ -307,6 +330,7 @@ pub fn kld_report(
                 model: &cand_model.loaded.model,
                 format: s.cache_format()?,
                 start: s.start,
+                queries: s.queries,
             })
         })
         .collect::<Result<Vec<_>>>()?;
@@ -376,6 +400,7 @@ pub fn kld_report(
                 chunks: result.chunks,
                 chunks_requested: job.chunks,
                 bos: job.bos,
+                convention: chunk_convention(job.bos),
                 second_half: job.second_half,
                 two_forwards: job.two_forwards,
                 forwards: result.forwards,

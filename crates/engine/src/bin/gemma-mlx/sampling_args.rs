@@ -97,12 +97,28 @@ fn parse_bias(text: &str) -> Result<(u32, f32), String> {
     Ok((id, bias))
 }
 
+/// A KV spec, parsed, with a note on stderr for each type name whose
+/// meaning changed (see [`KvSpec::notes`]).
+pub fn parse_spec(text: &str) -> Result<KvSpec> {
+    let spec = KvSpec::parse(text)?;
+    print_notes(&[&spec]);
+    Ok(spec)
+}
+
+/// Prints on stderr, once each, the notes of `specs` (see [`KvSpec::notes`]).
+pub fn print_notes(specs: &[&KvSpec]) {
+    let notes: std::collections::BTreeSet<String> = specs.iter().flat_map(|s| s.notes()).collect();
+    for note in notes {
+        eprintln!("note: {note}");
+    }
+}
+
 /// The options `sampling` asks for; what it leaves unset takes the defaults
 /// of `model`'s device (which this places the computation on), but for
 /// what [`fit_to_model`] settles once the model is loaded.
 pub fn options(sampling: &SamplingArgs, model: &ModelArgs) -> Result<GenerateOptions> {
     let device = model.place()?;
-    let spec = KvSpec::parse(sampling.kv.as_deref().unwrap_or(""))?;
+    let spec = parse_spec(sampling.kv.as_deref().unwrap_or(""))?;
     let sampler = SamplerConfig {
         temperature: sampling.temp,
         top_k: sampling.top_k,
@@ -128,6 +144,7 @@ pub fn options(sampling: &SamplingArgs, model: &ModelArgs) -> Result<GenerateOpt
         stop_strings: sampling.stop.clone(),
         cache_format: spec.cache_format()?,
         kv_start: spec.start,
+        kv_queries: spec.queries,
         prefill_chunk: sampling
             .prefill_chunk
             .unwrap_or(default_prefill_chunk(device)),

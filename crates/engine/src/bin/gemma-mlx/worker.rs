@@ -10,7 +10,7 @@
 //!   by their command-line names (an array repeats a flag, `true` gives a
 //!   bare one); `chat` wraps the prompt as a user turn after `system`;
 //! - `{"op": "kld", "corpus": "...", "ref": "", "cand": ["..."], "ctx": 512,
-//!   "chunks": 32, "bos": false, "second_half": false, "two_forwards": false,
+//!   "chunks": 32, "bos": true, "second_half": false, "two_forwards": false,
 //!   "prompts": null, "max_tokens": 128}`: `kld --json`'s report;
 //! - `{"op": "trajectory", "prompts": "...", "ref": "", "cand": ["..."],
 //!   "max_tokens": 128}`: `trajectory --json`'s report;
@@ -30,12 +30,12 @@ use std::path::PathBuf;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Parser};
-use engine::{Engine, KvSpec};
+use engine::Engine;
 use gemma::chat_template::{ChatMessage, Role};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::eval::{kld_report, trajectory_report, KldJob};
+use crate::eval::{kld_report, parse_specs, trajectory_report, KldJob};
 use crate::model_args::ModelArgs;
 use crate::output::{generation_json, tokenize_json};
 use crate::sampling_args::SamplingArgs;
@@ -71,7 +71,7 @@ enum Request {
         ctx: usize,
         #[serde(default = "default_chunks")]
         chunks: usize,
-        #[serde(default)]
+        #[serde(default = "default_bos")]
         bos: bool,
         #[serde(default)]
         second_half: bool,
@@ -107,6 +107,10 @@ fn default_ctx() -> usize {
 
 fn default_chunks() -> usize {
     32
+}
+
+fn default_bos() -> bool {
+    true
 }
 
 fn default_trajectory_tokens() -> usize {
@@ -201,7 +205,7 @@ impl Worker {
                 prompts,
                 max_tokens,
             } => {
-                let (reference, candidates) = specs(&reference, &cand)?;
+                let (reference, candidates) = parse_specs(&reference, &cand)?;
                 if candidates.is_empty() {
                     bail!("no candidates: give \"cand\": [SPEC, ...]");
                 }
@@ -230,7 +234,7 @@ impl Worker {
                 cand,
                 max_tokens,
             } => {
-                let (reference, candidates) = specs(&reference, &cand)?;
+                let (reference, candidates) = parse_specs(&reference, &cand)?;
                 let report = trajectory_report(
                     self.engine()?,
                     (&reference, &candidates),
@@ -279,15 +283,6 @@ impl Worker {
         };
         Ok(generation_json(&generation, engine.products()))
     }
-}
-
-/// The reference spec and the candidates, parsed.
-fn specs(reference: &str, candidates: &[String]) -> Result<(KvSpec, Vec<KvSpec>)> {
-    let candidates = candidates
-        .iter()
-        .map(|c| KvSpec::parse(c))
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok((KvSpec::parse(reference)?, candidates))
 }
 
 /// `{"max-tokens": 32, "stop": ["a", "b"], "x": true}` as

@@ -1,0 +1,159 @@
+//! Vectors stored in ggml's 32-value block formats, the KV-cache types of
+//! llama.cpp (`q8_0`, `q4_0`, `q4_1`, `q5_0`, `q5_1`): each block's bytes
+//! are those ggml's reference quantizer writes ([`crate::quant::quantize_into`]),
+//! decoded as ggml decodes them ([`crate::quant::dequantize_into`]).
+//!
+//! The blocks of a vector lie one after another in an int8 array (the one
+//! dtype no other store uses, so that a store flattened into arrays still
+//! names its format, see [`super::KvStore::from_arrays`]). Encoding and
+//! decoding are CPU kernels of ours; the GPU does not take these formats
+//! yet.
+
+use std::sync::Arc;
+
+use mlx_core::cpu_kernel::{cpu_kernel, floats, floats_mut, CpuKernelFn};
+use mlx_core::device::{default_device, Device};
+use mlx_core::{Array, Dtype};
+
+use super::error::CacheError;
+use crate::quant::{dequantize_into, quantize_into, GgufDtype, BLOCK_VALUES, QUANTIZABLE};
+
+/// The dtype of the array holding the blocks.
+pub const BLOCK_BYTES_DTYPE: Dtype = Dtype::Int8;
+
+/// Vectors in one of ggml's 32-value block formats, with the leading axes
+/// of the vectors they stand for.
+#[derive(Debug, Clone)]
+pub struct BlockArray {
+    /// int8 `[..., dim / 32 · type_size]`: each vector's blocks, ggml's bytes.
+    pub bytes: Array,
+    /// The block format.
+    pub dtype: GgufDtype,
+}
+
+/// Checks that `dtype` is a block format a cache can store, for vectors of
+/// `dim` values, on the default device.
+pub fn validate(dtype: GgufDtype, dim: i32) -> Result<(), CacheError> {
+    if !QUANTIZABLE.contains(&dtype) {
+        return Err(CacheError::Format(format!(
+            "{dtype} is not a KV block format (accepted: {})",
+            QUANTIZABLE.map(|t| t.to_string()).join(", ")
+        )));
+    }
+    if dim % BLOCK_VALUES as i32 != 0 {
+        return Err(CacheError::Format(format!(
+            "head dimension {dim} is not a multiple of the {BLOCK_VALUES} values of a {dtype} block"
+        )));
+    }
+    if default_device()? != Device::Cpu {
+        return Err(CacheError::Format(format!(
+            "the {dtype} block format runs on the CPU only so far; on the GPU use mlx8/mlx4 \
+             (MLX's affine formats) or turbo2/3/4"
+        )));
+    }
+    Ok(())
+}
+
+/// The block format whose blocks take `bytes` bytes for vectors of `dim`
+/// values (the type sizes of the block formats differ).
+pub fn dtype_of(bytes: i32, dim: i32) -> Option<GgufDtype> {
+    let blocks = dim / BLOCK_VALUES as i32;
+    QUANTIZABLE
+        .into_iter()
+        .find(|t| blocks > 0 && t.type_size() as i32 * blocks == bytes)
+}
+
+impl BlockArray {
+    /// Encodes the last axis of `x` (a multiple of 32 values).
+    pub fn encode(x: &Array, dtype: GgufDtype) -> Result<BlockArray, CacheError> {
+        let mut shape = x.shape();
+        let dim = shape.last().copied().unwrap_or(0);
+        validate(dtype, dim)?;
+        if let Some(last) = shape.last_mut() {
+            *last = dim / BLOCK_VALUES as i32 * dtype.type_size() as i32;
+        }
+        let kernel: Arc<CpuKernelFn> = Arc::new(move |inputs, out| {
+            quantize_into(dtype, floats(inputs[0])?, out).map_err(|e| e.to_string())
+        });
+        let values = x.astype(Dtype::Float32)?;
+        let bytes = cpu_kernel(&[&values], &shape, BLOCK_BYTES_DTYPE, kernel)?;
+        Ok(BlockArray { bytes, dtype })
+    }
+
+    /// The vectors as stored, in `dtype` (decoded in f32 as ggml decodes
+    /// them, then cast).
+    pub fn decode(&self, dtype: Dtype) -> Result<Array, CacheError> {
+        let mut shape = self.bytes.shape();
+        let block_bytes = self.dtype.type_size() as i32;
+        if let Some(last) = shape.last_mut() {
+            *last = *last / block_bytes * BLOCK_VALUES as i32;
+        }
+        let format = self.dtype;
+        let kernel: Arc<CpuKernelFn> = Arc::new(move |inputs, out| {
+            dequantize_into(format, inputs[0], floats_mut(out)?).map_err(|e| e.to_string())
+        });
+        let values = cpu_kernel(&[&self.bytes], &shape, Dtype::Float32, kernel)?;
+        Ok(if dtype == Dtype::Float32 {
+            values
+        } else {
+            values.astype(dtype)?
+        })
+    }
+
+    /// Bytes held.
+    pub fn nbytes(&self) -> usize {
+        self.bytes.nbytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vectors_round_trip_through_ggml_blocks() {
+        let x: Vec<f32> = (0..2 * 3 * 64)
+            .map(|i| ((i * 29 % 97) as f32 - 48.0) / 16.0)
+            .collect();
+        let array = Array::from_slice(&x, &[1, 2, 3, 64]).unwrap();
+        for dtype in QUANTIZABLE {
+            let stored = BlockArray::encode(&array, dtype).unwrap();
+            let per_vector = 2 * dtype.type_size() as i32;
+            assert_eq!(stored.bytes.shape(), vec![1, 2, 3, per_vector], "{dtype}");
+            let bytes: Vec<u8> = stored
+                .bytes
+                .to_vec::<i8>()
+                .unwrap()
+                .into_iter()
+                .map(|b| b as u8)
+                .collect();
+            let mut expected = vec![0u8; bytes.len()];
+            quantize_into(dtype, &x, &mut expected).unwrap();
+            assert_eq!(
+                bytes, expected,
+                "{dtype}: the kernel writes the quantizer's bytes"
+            );
+            let decoded = stored.decode(Dtype::Float32).unwrap();
+            assert_eq!(decoded.shape(), vec![1, 2, 3, 64]);
+            let mut want = vec![0f32; x.len()];
+            dequantize_into(dtype, &expected, &mut want).unwrap();
+            assert_eq!(decoded.to_vec::<f32>().unwrap(), want, "{dtype}");
+        }
+    }
+
+    #[test]
+    fn the_type_follows_from_the_bytes_per_vector() {
+        for dtype in QUANTIZABLE {
+            assert_eq!(dtype_of(8 * dtype.type_size() as i32, 256), Some(dtype));
+        }
+        assert_eq!(dtype_of(19 * 8, 256), None);
+    }
+
+    #[test]
+    fn other_types_and_head_sizes_are_refused() {
+        let e = validate(GgufDtype::Q6_K, 256).unwrap_err().to_string();
+        assert!(e.contains("Q6_K") && e.contains("Q8_0"), "{e}");
+        let e = validate(GgufDtype::Q8_0, 48).unwrap_err().to_string();
+        assert!(e.contains("48"), "{e}");
+    }
+}

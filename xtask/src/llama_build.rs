@@ -1,0 +1,127 @@
+//! The llama.cpp trees vendored in `../shared/llamacpp/` (stock llama.cpp
+//! and its TurboQuant fork), each built once under `target/` for this CPU
+//! with cmake (Debian's, or PyPI's wheel when the machine has none).
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+
+use crate::command;
+use crate::python;
+use crate::workspace::Workspace;
+
+/// A vendored tree and how it is built here.
+pub struct LlamaTree {
+    /// What it is, for messages.
+    pub name: &'static str,
+    /// Its tarball in `../shared/llamacpp/` (the tree inside is `llama.cpp/`).
+    pub tarball: &'static str,
+    /// Its folder under `target/`.
+    pub folder: &'static str,
+    /// cmake's configuration flags besides the common ones.
+    pub flags: &'static [&'static str],
+    /// How long its build takes on 2 cores, for the message.
+    pub build_time: &'static str,
+}
+
+/// Stock llama.cpp at 0c1e570, built for this CPU (`GGML_NATIVE=ON`).
+pub const STOCK: LlamaTree = LlamaTree {
+    name: "llama.cpp 0c1e570",
+    tarball: "llama.cpp-0c1e570.tar.xz",
+    folder: "llamacpp",
+    flags: &["-DGGML_NATIVE=ON"],
+    build_time: "about 9 minutes",
+};
+
+/// The TurboQuant fork (TheTom/llama-cpp-turboquant at 69d8e4b), built for
+/// AVX2 as `../shared/llamacpp/build-fork.sh cpu` builds it (its
+/// `GGML_NATIVE=ON` build died with "Illegal instruction" on an AVX-512
+/// Xeon).
+pub const FORK: LlamaTree = LlamaTree {
+    name: "llama-cpp-turboquant 69d8e4b",
+    tarball: "llama-cpp-turboquant-69d8e4b.tar.xz",
+    folder: "llama-fork",
+    flags: &[
+        "-DGGML_NATIVE=OFF",
+        "-DGGML_AVX=ON",
+        "-DGGML_AVX2=ON",
+        "-DGGML_FMA=ON",
+        "-DGGML_F16C=ON",
+        "-DGGML_BMI2=ON",
+        "-DLLAMA_OPENSSL=OFF",
+    ],
+    build_time: "about 8 minutes",
+};
+
+/// The folder of `tree`'s programs, building `targets` first unless they
+/// are all there.
+pub fn ensure_built(workspace: &Workspace, tree: &LlamaTree, targets: &[&str]) -> Result<PathBuf> {
+    let dir = workspace.root().join("target").join(tree.folder);
+    let source = dir.join("llama.cpp");
+    let bin = source.join("build/bin");
+    if targets.iter().all(|t| bin.join(t).is_file()) {
+        return Ok(bin);
+    }
+    let tarball = workspace
+        .root()
+        .join("../shared/llamacpp")
+        .join(tree.tarball);
+    if !tarball.is_file() {
+        bail!("{}'s source {} is missing", tree.name, tarball.display());
+    }
+    fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let cmake = cmake(&dir)?;
+    if !source.is_dir() {
+        command::run(
+            Command::new("tar")
+                .arg("xJf")
+                .arg(&tarball)
+                .arg("-C")
+                .arg(&dir),
+        )?;
+    }
+    println!(
+        "building {} for this CPU ({} on 2 cores)",
+        tree.name, tree.build_time
+    );
+    command::run(
+        Command::new(&cmake)
+            .current_dir(&source)
+            .args(["-B", "build", "-DCMAKE_BUILD_TYPE=Release"])
+            .args([
+                "-DLLAMA_BUILD_TESTS=OFF",
+                "-DLLAMA_BUILD_EXAMPLES=OFF",
+                "-DLLAMA_BUILD_SERVER=OFF",
+                "-DLLAMA_CURL=OFF",
+            ])
+            .args(tree.flags),
+    )?;
+    let jobs = std::thread::available_parallelism().map_or(2, |n| n.get());
+    command::run(
+        Command::new(&cmake)
+            .current_dir(&source)
+            .args(["--build", "build", "-j", &jobs.to_string(), "--target"])
+            .args(targets),
+    )?;
+    if let Some(missing) = targets.iter().find(|t| !bin.join(t).is_file()) {
+        bail!("the {} build did not produce {missing}", tree.name);
+    }
+    Ok(bin)
+}
+
+/// `cmake` from the PATH, else from PyPI's `cmake` wheel installed under `dir`.
+fn cmake(dir: &Path) -> Result<PathBuf> {
+    if command::capture(Command::new("cmake").arg("--version")).is_ok_and(|o| o.status.success()) {
+        return Ok(PathBuf::from("cmake"));
+    }
+    let target = dir.join("cmake-wheel");
+    let binary = target.join("cmake/data/bin/cmake");
+    if !binary.is_file() {
+        let mut pip = python::pip(&["install", "--target"]);
+        pip.arg(&target).arg("cmake");
+        command::run(&mut pip).context("cmake is missing and pip could not install it")?;
+    }
+    Ok(binary)
+}
