@@ -32,13 +32,14 @@ const CTX: usize = 512;
 /// floor: llama-perplexity keeps the reference's log-probabilities as 16-bit
 /// integers, ours are exact, so ours is 0), every llama.cpp block type and
 /// TurboQuant width on both sides, and the mixed specs people use.
-pub const DEFAULT_SPECS: [(&str, &str); 14] = [
+pub const DEFAULT_SPECS: [(&str, &str); 15] = [
     ("f16", "f16"),
     ("q8_0", "q8_0"),
     ("q5_1", "q5_1"),
     ("q5_0", "q5_0"),
     ("q4_1", "q4_1"),
     ("q4_0", "q4_0"),
+    ("iq4_nl", "iq4_nl"),
     ("turbo4", "turbo4"),
     ("turbo3", "turbo3"),
     ("turbo2", "turbo2"),

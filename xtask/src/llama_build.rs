@@ -55,13 +55,39 @@ pub const FORK: LlamaTree = LlamaTree {
     build_time: "about 8 minutes",
 };
 
+/// ggml's base library (its reference quantizers among it), the oracle of
+/// the block formats the `gguf` Python package lacks (`iq4_nl`).
+pub const GGML_BASE: &str = "ggml-base";
+
 /// The folder of `tree`'s programs, building `targets` first unless they
 /// are all there.
 pub fn ensure_built(workspace: &Workspace, tree: &LlamaTree, targets: &[&str]) -> Result<PathBuf> {
+    build(workspace, tree, targets, |bin, t| bin.join(t))
+}
+
+/// The shared library that cmake target `target` of `tree` makes
+/// (`lib<target>.so`), building it first unless it is there. The library
+/// comes from ggml's own build, which compiles it for x86-64 without
+/// `-march` whatever `tree`'s flags say for the CPU backend.
+pub fn ensure_library(workspace: &Workspace, tree: &LlamaTree, target: &str) -> Result<PathBuf> {
+    let bin = build(workspace, tree, &[target], |bin, t| {
+        bin.join(format!("lib{t}.so"))
+    })?;
+    Ok(bin.join(format!("lib{target}.so")))
+}
+
+/// Builds `targets` of `tree` unless every `product(bin, target)` exists;
+/// returns the build's `bin` folder.
+fn build(
+    workspace: &Workspace,
+    tree: &LlamaTree,
+    targets: &[&str],
+    product: impl Fn(&Path, &str) -> PathBuf,
+) -> Result<PathBuf> {
     let dir = workspace.root().join("target").join(tree.folder);
     let source = dir.join("llama.cpp");
     let bin = source.join("build/bin");
-    if targets.iter().all(|t| bin.join(t).is_file()) {
+    if targets.iter().all(|t| product(&bin, t).is_file()) {
         return Ok(bin);
     }
     let tarball = workspace
@@ -83,8 +109,10 @@ pub fn ensure_built(workspace: &Workspace, tree: &LlamaTree, targets: &[&str]) -
         )?;
     }
     println!(
-        "building {} for this CPU ({} on 2 cores)",
-        tree.name, tree.build_time
+        "building {} of {} for this CPU (all its programs take {} on 2 cores)",
+        targets.join(", "),
+        tree.name,
+        tree.build_time
     );
     command::run(
         Command::new(&cmake)
@@ -105,7 +133,7 @@ pub fn ensure_built(workspace: &Workspace, tree: &LlamaTree, targets: &[&str]) -
             .args(["--build", "build", "-j", &jobs.to_string(), "--target"])
             .args(targets),
     )?;
-    if let Some(missing) = targets.iter().find(|t| !bin.join(t).is_file()) {
+    if let Some(missing) = targets.iter().find(|t| !product(&bin, t).is_file()) {
         bail!("the {} build did not produce {missing}", tree.name);
     }
     Ok(bin)

@@ -1,5 +1,5 @@
-//! `cargo xtask setup`: MLX, its BLAS, the default model, and the mlx-lm
-//! reference Python environment.
+//! `cargo xtask setup`: MLX, its BLAS, the default model, the mlx-lm
+//! reference Python environment and ggml's base library (an oracle).
 
 use std::path::{Path, PathBuf};
 
@@ -8,6 +8,7 @@ use anyhow::{bail, Context, Result};
 use crate::blas::{self, Blas, BlasKind};
 use crate::discovery::{self, Found, Source};
 use crate::ldd;
+use crate::llama_build;
 use crate::mlx_build::{Backend, MLX_VERSION};
 use crate::mlx_lm_env::{self, Flavor, MlxLmEnv};
 use crate::model;
@@ -69,10 +70,23 @@ pub fn run(workspace: &Workspace, options: &SetupOptions) -> Result<()> {
         Some(env) => Some(refract_env::ensure(workspace, &env.python)?),
         None => None,
     };
+    let ggml = if options.reference {
+        Some(llama_build::ensure_library(
+            workspace,
+            &llama_build::STOCK,
+            llama_build::GGML_BASE,
+        )?)
+    } else {
+        None
+    };
     print_summary(&mlx, model.as_deref(), reference.as_ref());
     match refract {
         Some(line) => println!("  REFRACT  {line}"),
         None => println!("  REFRACT  skipped (--no-reference)"),
+    }
+    match ggml {
+        Some(path) => println!("  ggml     {} (the iq4_nl oracle)", path.display()),
+        None => println!("  ggml     skipped (--no-reference)"),
     }
     Ok(())
 }

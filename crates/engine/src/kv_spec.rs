@@ -26,16 +26,17 @@ use gemma::quant::GgufDtype;
 use mlx_core::Dtype;
 
 /// Accepted type names, for error messages.
-pub const ACCEPTED_TYPES: &str = "q8_0, q4_0, q4_1, q5_0, q5_1, turbo2, turbo3, turbo4, \
-                                  mlx8, mlx6, mlx5, mlx4, mlx3, mlx2, f32, f16, bf16";
+pub const ACCEPTED_TYPES: &str = "q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, turbo2, turbo3, \
+                                  turbo4, mlx8, mlx6, mlx5, mlx4, mlx3, mlx2, f32, f16, bf16";
 
 /// The ggml block formats by their llama.cpp names.
-const BLOCK_TYPES: [(&str, GgufDtype); 5] = [
+const BLOCK_TYPES: [(&str, GgufDtype); 6] = [
     ("q8_0", GgufDtype::Q8_0),
     ("q4_0", GgufDtype::Q4_0),
     ("q4_1", GgufDtype::Q4_1),
     ("q5_0", GgufDtype::Q5_0),
     ("q5_1", GgufDtype::Q5_1),
+    ("iq4_nl", GgufDtype::IQ4_NL),
 ];
 
 /// Names accepted before, that llama.cpp has no KV type for, with the
@@ -96,11 +97,6 @@ impl KvType {
             "f32" => KvType::Float(Dtype::Float32),
             "f16" => KvType::Float(Dtype::Float16),
             "bf16" => KvType::Float(Dtype::Bfloat16),
-            "iq4_nl" => {
-                return Err(format!(
-                    "llama.cpp's iq4_nl is not implemented here yet (accepted: {ACCEPTED_TYPES})"
-                ))
-            }
             _ => {
                 return Err(format!(
                     "unknown type '{text}' (accepted: {ACCEPTED_TYPES})"
@@ -467,8 +463,10 @@ mod tests {
                 .to_string();
             assert!(e.contains(new) && e.contains("q4_1"), "{e}");
         }
-        let e = KvSpec::parse("ctv=iq4_nl").unwrap_err().to_string();
-        assert!(e.contains("iq4_nl") && e.contains("not implemented"), "{e}");
+        assert_eq!(
+            KvSpec::parse("ctk=iq4_nl,ctv=q8_0").unwrap().keys,
+            KvType::Block(GgufDtype::IQ4_NL)
+        );
         assert!(KvSpec::parse("ctk=mlx7").is_err());
     }
 

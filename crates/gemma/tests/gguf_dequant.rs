@@ -93,6 +93,11 @@ fn q8_0_matches_gguf_py() {
 }
 
 #[test]
+fn iq4_nl_matches_gguf_py() {
+    check_bit_exact(GgufDtype::IQ4_NL);
+}
+
+#[test]
 fn q2_k_matches_gguf_py() {
     check_bit_exact(GgufDtype::Q2_K);
 }

@@ -1,15 +1,19 @@
-//! llama.cpp's KV block formats (q8_0, q4_0, q4_1, q5_0, q5_1) byte for
-//! byte as ggml writes them: our quantizer, and the cache store built on it,
-//! against the `gguf` Python package's reference quantizers
+//! llama.cpp's KV block formats (q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl) byte
+//! for byte as ggml writes them: our quantizer, and the cache store built on
+//! it, against the `gguf` Python package's reference quantizers and, for
+//! iq4_nl (which the package cannot quantize), ggml's own
+//! `quantize_row_iq4_nl_ref` from its base library
 //! (`fixtures/gguf/quantize_rows.py`, run in the reference environment) on
 //! random rows, rows made to hit the rounding's edges, and the default
 //! model's real keys and values. One difference is allowed, and only in a
-//! block of zeros: the sign of its zero scale or minimum, which NumPy's
-//! reductions pick by lane order and ours take from ggml's C reference
-//! (`quant::quantize` says how); the block decodes to the same zeros.
+//! block of zeros: a zero scale's sign, which NumPy's reductions pick by
+//! lane order and ours take from ggml's C reference, or iq4_nl's levels,
+//! which ggml leaves as its previous block set them (`quant::quantize` says
+//! how); the block decodes to the same zeros.
 //!
-//! Needs the reference environment with `gguf` 0.17.1 (`cargo xtask setup`;
-//! `GEMMA_MLX_SKIP_PARITY=1` skips) and the default model.
+//! Needs the reference environment with `gguf` 0.17.1 and ggml's base
+//! library (`cargo xtask setup` makes both; `GEMMA_MLX_SKIP_PARITY=1`
+//! skips) and the default model.
 
 mod common;
 
@@ -19,6 +23,7 @@ use std::process::Command;
 use common::mlx_lm::python;
 use common::models::{corpus_text, with_default_model};
 use common::ours::token_array;
+use common::workspace_root;
 use gemma::cache::{CacheFormat, KvFormat, KvStore};
 use gemma::quant::{dequantize, quantize_into, GgufDtype, QUANTIZABLE};
 use mlx_core::{random, Array, Dtype};
@@ -131,10 +136,27 @@ fn model_rows() -> Vec<f32> {
     })
 }
 
-/// The `gguf` package's blocks of `rows` for every block format, or `None`
-/// when told to skip.
-fn gguf_py_blocks(rows: &[f32]) -> Option<Vec<(GgufDtype, Vec<u8>)>> {
+/// ggml's base library, as `cargo xtask setup` builds it from stock
+/// llama.cpp's source (`GEMMA_MLX_GGML_BASE` names another).
+fn ggml_base() -> std::path::PathBuf {
+    let path = std::env::var_os("GEMMA_MLX_GGML_BASE").map_or_else(
+        || workspace_root().join("target/llamacpp/llama.cpp/build/bin/libggml-base.so"),
+        std::path::PathBuf::from,
+    );
+    assert!(
+        path.is_file(),
+        "ggml's base library {} is missing: run `cargo xtask setup` (or set \
+         GEMMA_MLX_GGML_BASE; GEMMA_MLX_SKIP_PARITY=1 skips)",
+        path.display()
+    );
+    path
+}
+
+/// The oracle's blocks of `rows` for every block format, or `None` when
+/// told to skip.
+fn oracle_blocks(rows: &[f32]) -> Option<Vec<(GgufDtype, Vec<u8>)>> {
     let python = python()?;
+    let library = ggml_base();
     let dir = tempfile::tempdir().expect("temp dir");
     let input = dir.path().join("rows.f32");
     let bytes: Vec<u8> = rows.iter().flat_map(|v| v.to_le_bytes()).collect();
@@ -146,12 +168,14 @@ fn gguf_py_blocks(rows: &[f32]) -> Option<Vec<(GgufDtype, Vec<u8>)>> {
         .arg(&input)
         .arg(WIDTH.to_string())
         .arg(dir.path())
+        .arg(&library)
         .args(&names)
         .output()
         .expect("run the gguf oracle");
     assert!(
         out.status.success(),
-        "{} failed (the reference environment needs gguf 0.17.1: `cargo xtask setup`):\n{}",
+        "{} failed (the reference environment needs gguf 0.17.1 and ggml's base library: \
+         `cargo xtask setup`):\n{}",
         script.display(),
         String::from_utf8_lossy(&out.stderr)
     );
@@ -167,9 +191,9 @@ fn gguf_py_blocks(rows: &[f32]) -> Option<Vec<(GgufDtype, Vec<u8>)>> {
     )
 }
 
-/// Our quantizer's bytes of `rows` equal the package's, block by block.
+/// Our quantizer's bytes of `rows` equal the oracle's, block by block.
 fn assert_bytes_equal(what: &str, rows: &[f32]) {
-    let Some(theirs) = gguf_py_blocks(rows) else {
+    let Some(theirs) = oracle_blocks(rows) else {
         return;
     };
     for (dtype, theirs) in theirs {
@@ -194,32 +218,32 @@ fn assert_bytes_equal(what: &str, rows: &[f32]) {
             .find(|&i| !zeros(i));
         if let Some(b) = first {
             panic!(
-                "{what} {dtype}: block {b} differs\n values {:?}\n ours   {:?}\n gguf   {:?}",
+                "{what} {dtype}: block {b} differs\n values {:?}\n ours   {:?}\n oracle {:?}",
                 &rows[b * 32..b * 32 + 32],
                 &ours[b * block..(b + 1) * block],
                 &theirs[b * block..(b + 1) * block]
             );
         }
         println!(
-            "{what} {dtype}: {} blocks byte-equal to gguf-py, {zero_signs} blocks of zeros \
-             with a zero's other sign",
+            "{what} {dtype}: {} blocks byte-equal to the oracle, {zero_signs} blocks of zeros \
+             stored otherwise",
             ours.len() / block - zero_signs
         );
     }
 }
 
 #[test]
-fn random_rows_quantize_as_gguf_py_quantizes_them() {
+fn random_rows_quantize_as_the_oracle_quantizes_them() {
     assert_bytes_equal("random rows", &random_rows());
 }
 
 #[test]
-fn edge_rows_quantize_as_gguf_py_quantizes_them() {
+fn edge_rows_quantize_as_the_oracle_quantizes_them() {
     assert_bytes_equal("edge rows", &edge_rows());
 }
 
 #[test]
-fn the_models_keys_and_values_quantize_as_gguf_py_quantizes_them() {
+fn the_models_keys_and_values_quantize_as_the_oracle_quantizes_them() {
     let rows = model_rows();
     assert!(rows.iter().any(|v| *v != 0.0) && rows.iter().all(|v| v.is_finite()));
     assert_bytes_equal("model keys and values", &rows);
@@ -235,13 +259,23 @@ fn the_cache_store_holds_the_quantizers_bytes() {
         else {
             panic!("{dtype}: not a block store");
         };
-        let bytes: Vec<u8> = stored
-            .bytes
-            .to_vec::<i8>()
-            .expect("bytes")
-            .into_iter()
-            .map(|b| b as u8)
-            .collect();
+        let bytes: Vec<u8> = match stored.bytes.dtype() {
+            Dtype::Int8 => stored
+                .bytes
+                .to_vec::<i8>()
+                .expect("bytes")
+                .iter()
+                .map(|&b| b as u8)
+                .collect(),
+            Dtype::Int16 => stored
+                .bytes
+                .to_vec::<i16>()
+                .expect("bytes")
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect(),
+            other => panic!("{dtype}: blocks held as {other:?}"),
+        };
         let mut expected = vec![0u8; bytes.len()];
         quantize_into(dtype, &rows, &mut expected).expect("quantize");
         assert!(bytes == expected, "{dtype}: the store's bytes differ");

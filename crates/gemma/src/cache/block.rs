@@ -1,13 +1,15 @@
 //! Vectors stored in ggml's 32-value block formats, the KV-cache types of
-//! llama.cpp (`q8_0`, `q4_0`, `q4_1`, `q5_0`, `q5_1`): each block's bytes
-//! are those ggml's reference quantizer writes ([`crate::quant::quantize_into`]),
-//! decoded as ggml decodes them ([`crate::quant::dequantize_into`]).
+//! llama.cpp (`q8_0`, `q4_0`, `q4_1`, `q5_0`, `q5_1`, `iq4_nl`): each
+//! block's bytes are those ggml's reference quantizer writes
+//! ([`crate::quant::quantize_into`]), decoded as ggml decodes them
+//! ([`crate::quant::dequantize_into`]).
 //!
-//! The blocks of a vector lie one after another in an int8 array (the one
+//! The blocks of a vector lie one after another in an integer array whose
 //! dtype no other store uses, so that a store flattened into arrays still
-//! names its format, see [`super::KvStore::from_arrays`]). Encoding and
-//! decoding are CPU kernels of ours; the GPU does not take these formats
-//! yet.
+//! names its format (see [`super::KvStore::from_arrays`]): int8 for the
+//! linear formats, told apart by their bytes per vector, and int16 for
+//! `iq4_nl`, whose blocks are as long as `q4_0`'s. Encoding and decoding
+//! are CPU kernels of ours; the GPU does not take these formats yet.
 
 use std::sync::Arc;
 
@@ -18,14 +20,21 @@ use mlx_core::{Array, Dtype};
 use super::error::CacheError;
 use crate::quant::{dequantize_into, quantize_into, GgufDtype, BLOCK_VALUES, QUANTIZABLE};
 
-/// The dtype of the array holding the blocks.
-pub const BLOCK_BYTES_DTYPE: Dtype = Dtype::Int8;
+/// The dtype of the array holding `dtype`'s blocks.
+pub fn carrier(dtype: GgufDtype) -> Dtype {
+    if dtype == GgufDtype::IQ4_NL {
+        Dtype::Int16
+    } else {
+        Dtype::Int8
+    }
+}
 
 /// Vectors in one of ggml's 32-value block formats, with the leading axes
 /// of the vectors they stand for.
 #[derive(Debug, Clone)]
 pub struct BlockArray {
-    /// int8 `[..., dim / 32 · type_size]`: each vector's blocks, ggml's bytes.
+    /// `[..., dim / 32 · type_size / carrier size]` in [`carrier`]'s dtype:
+    /// each vector's blocks, ggml's bytes.
     pub bytes: Array,
     /// The block format.
     pub dtype: GgufDtype,
@@ -54,13 +63,16 @@ pub fn validate(dtype: GgufDtype, dim: i32) -> Result<(), CacheError> {
     Ok(())
 }
 
-/// The block format whose blocks take `bytes` bytes for vectors of `dim`
-/// values (the type sizes of the block formats differ).
-pub fn dtype_of(bytes: i32, dim: i32) -> Option<GgufDtype> {
+/// The block format held in `elements` values of dtype `held` per vector
+/// of `dim` values (the linear formats' type sizes differ; `iq4_nl` has a
+/// carrier of its own).
+pub fn dtype_of(held: Dtype, elements: i32, dim: i32) -> Option<GgufDtype> {
     let blocks = dim / BLOCK_VALUES as i32;
-    QUANTIZABLE
-        .into_iter()
-        .find(|t| blocks > 0 && t.type_size() as i32 * blocks == bytes)
+    QUANTIZABLE.into_iter().find(|&t| {
+        carrier(t) == held
+            && blocks > 0
+            && t.type_size() as i32 * blocks == elements * held.size_bytes() as i32
+    })
 }
 
 impl BlockArray {
@@ -69,14 +81,15 @@ impl BlockArray {
         let mut shape = x.shape();
         let dim = shape.last().copied().unwrap_or(0);
         validate(dtype, dim)?;
+        let held = carrier(dtype);
         if let Some(last) = shape.last_mut() {
-            *last = dim / BLOCK_VALUES as i32 * dtype.type_size() as i32;
+            *last = dim / BLOCK_VALUES as i32 * dtype.type_size() as i32 / held.size_bytes() as i32;
         }
         let kernel: Arc<CpuKernelFn> = Arc::new(move |inputs, out| {
             quantize_into(dtype, floats(inputs[0])?, out).map_err(|e| e.to_string())
         });
         let values = x.astype(Dtype::Float32)?;
-        let bytes = cpu_kernel(&[&values], &shape, BLOCK_BYTES_DTYPE, kernel)?;
+        let bytes = cpu_kernel(&[&values], &shape, held, kernel)?;
         Ok(BlockArray { bytes, dtype })
     }
 
@@ -85,8 +98,9 @@ impl BlockArray {
     pub fn decode(&self, dtype: Dtype) -> Result<Array, CacheError> {
         let mut shape = self.bytes.shape();
         let block_bytes = self.dtype.type_size() as i32;
+        let held = self.bytes.dtype().size_bytes() as i32;
         if let Some(last) = shape.last_mut() {
-            *last = *last / block_bytes * BLOCK_VALUES as i32;
+            *last = *last * held / block_bytes * BLOCK_VALUES as i32;
         }
         let format = self.dtype;
         let kernel: Arc<CpuKernelFn> = Arc::new(move |inputs, out| {
@@ -110,6 +124,19 @@ impl BlockArray {
 mod tests {
     use super::*;
 
+    /// The bytes of an int8 or int16 array, in memory order.
+    fn raw_bytes(a: &Array) -> Vec<u8> {
+        match a.dtype() {
+            Dtype::Int8 => a.to_vec::<i8>().unwrap().iter().map(|&b| b as u8).collect(),
+            _ => a
+                .to_vec::<i16>()
+                .unwrap()
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect(),
+        }
+    }
+
     #[test]
     fn vectors_round_trip_through_ggml_blocks() {
         let x: Vec<f32> = (0..2 * 3 * 64)
@@ -118,15 +145,9 @@ mod tests {
         let array = Array::from_slice(&x, &[1, 2, 3, 64]).unwrap();
         for dtype in QUANTIZABLE {
             let stored = BlockArray::encode(&array, dtype).unwrap();
-            let per_vector = 2 * dtype.type_size() as i32;
+            let per_vector = 2 * dtype.type_size() as i32 / carrier(dtype).size_bytes() as i32;
             assert_eq!(stored.bytes.shape(), vec![1, 2, 3, per_vector], "{dtype}");
-            let bytes: Vec<u8> = stored
-                .bytes
-                .to_vec::<i8>()
-                .unwrap()
-                .into_iter()
-                .map(|b| b as u8)
-                .collect();
+            let bytes = raw_bytes(&stored.bytes);
             let mut expected = vec![0u8; bytes.len()];
             quantize_into(dtype, &x, &mut expected).unwrap();
             assert_eq!(
@@ -144,9 +165,16 @@ mod tests {
     #[test]
     fn the_type_follows_from_the_bytes_per_vector() {
         for dtype in QUANTIZABLE {
-            assert_eq!(dtype_of(8 * dtype.type_size() as i32, 256), Some(dtype));
+            let held = carrier(dtype);
+            let elements = 8 * dtype.type_size() as i32 / held.size_bytes() as i32;
+            assert_eq!(dtype_of(held, elements, 256), Some(dtype));
         }
-        assert_eq!(dtype_of(19 * 8, 256), None);
+        assert_eq!(dtype_of(Dtype::Int8, 19 * 8, 256), None);
+        assert_eq!(
+            dtype_of(Dtype::Int16, 8 * 18 / 2, 256),
+            Some(GgufDtype::IQ4_NL)
+        );
+        assert_eq!(dtype_of(Dtype::Int8, 8 * 18, 256), Some(GgufDtype::Q4_0));
     }
 
     #[test]

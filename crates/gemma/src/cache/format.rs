@@ -4,7 +4,7 @@
 
 use mlx_core::{concatenate, quantize, zeros, Array, Dtype, QuantizedArray};
 
-use super::block::{self, BlockArray, BLOCK_BYTES_DTYPE};
+use super::block::{self, BlockArray};
 use super::error::CacheError;
 use super::turbo::{self, TurboArray, TURBO_GROUP};
 use crate::quant::{GgufDtype, BLOCK_VALUES};
@@ -220,8 +220,9 @@ impl KvStore {
     /// The store that [`KvStore::arrays`] flattened at the head of `arrays`,
     /// for vectors of `dim` values, and how many arrays it took: one float
     /// array; uint32 packed values, scales and biases (affine); uint8
-    /// packed indices and float16 norms (TurboQuant); or one int8 array of
-    /// ggml blocks, whose size per vector names the block format.
+    /// packed indices and float16 norms (TurboQuant); or one int8 or int16
+    /// array of ggml blocks, whose dtype and size per vector name the block
+    /// format (see [`block::dtype_of`]).
     pub fn from_arrays(arrays: &[Array], dim: i32) -> Result<(KvStore, usize), CacheError> {
         let missing = || CacheError::Format("too few arrays for a stored format".into());
         let first = arrays.first().ok_or_else(missing)?;
@@ -250,11 +251,11 @@ impl KvStore {
                 });
                 (store, 2)
             }
-            BLOCK_BYTES_DTYPE => {
-                let bytes = first.dim(-1)?;
-                let dtype = block::dtype_of(bytes, dim).ok_or_else(|| {
+            held @ (Dtype::Int8 | Dtype::Int16) => {
+                let elements = first.dim(-1)?;
+                let dtype = block::dtype_of(held, elements, dim).ok_or_else(|| {
                     CacheError::Format(format!(
-                        "{bytes} bytes per vector of {dim} values is no block format"
+                        "{elements} values of {held:?} per vector of {dim} values is no block format"
                     ))
                 })?;
                 let store = KvStore::Block(BlockArray {

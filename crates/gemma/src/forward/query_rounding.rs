@@ -35,7 +35,12 @@ pub(super) fn rounded_queries(q: &Array, attend: &Attend) -> Result<Array, Model
     Ok(match keys {
         KvFormat::Float(Some(d)) => q.astype(as_llama(d))?.astype(q.dtype())?,
         KvFormat::Block(
-            GgufDtype::Q8_0 | GgufDtype::Q4_0 | GgufDtype::Q5_0 | GgufDtype::Q4_1 | GgufDtype::Q5_1,
+            GgufDtype::Q8_0
+            | GgufDtype::Q4_0
+            | GgufDtype::Q5_0
+            | GgufDtype::Q4_1
+            | GgufDtype::Q5_1
+            | GgufDtype::IQ4_NL,
         ) => q8_blocks(q)?,
         _ => q.clone(),
     })

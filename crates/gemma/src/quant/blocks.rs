@@ -117,6 +117,28 @@ impl Format<18, 2> for Q4_0 {
     }
 }
 
+/// IQ4_NL's 16 levels (ggml's `kvalues_iq4nl`): a nonlinear grid, denser
+/// near zero.
+pub const IQ4_NL_LEVELS: [i8; 16] = [
+    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+];
+
+/// IQ4_NL: f16 scale `d`, then nibbles as in Q4_0 indexing
+/// [`IQ4_NL_LEVELS`]; value = d · level.
+#[derive(Debug, Clone, Copy)]
+pub struct IQ4_NL;
+
+impl Format<18, 2> for IQ4_NL {
+    #[inline(always)]
+    fn decode(b: &[u8; 18]) -> IntBlock<2> {
+        IntBlock {
+            q: indexed(|i| IQ4_NL_LEVELS[usize::from((b[2 + i % 16] >> (4 * (i / 16))) & 0x0F)]),
+            scales: [f16_at(b, 0); 2],
+            offsets: None,
+        }
+    }
+}
+
 /// Q4_1: f16 scale `d` and minimum `m`, then nibbles as in Q4_0; value =
 /// d · q + m.
 #[derive(Debug, Clone, Copy)]

@@ -99,6 +99,7 @@ pub fn dequantize_into(
         Q5_0 => run(bytes, out, decoded(blocks::Q5_0)),
         Q5_1 => run(bytes, out, decoded(blocks::Q5_1)),
         Q8_0 => run(bytes, out, decoded(blocks::Q8_0)),
+        IQ4_NL => run(bytes, out, decoded(blocks::IQ4_NL)),
         Q2_K => run(bytes, out, decoded(blocks::Q2_K)),
         Q3_K => run(bytes, out, decoded(blocks::Q3_K)),
         Q4_K => run(bytes, out, decoded(blocks::Q4_K)),

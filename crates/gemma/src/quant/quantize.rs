@@ -1,20 +1,29 @@
 //! ggml's reference quantizers for its 32-value block formats, the types
-//! llama.cpp offers for KV caches (`q8_0`, `q4_0`, `q4_1`, `q5_0`, `q5_1`).
+//! llama.cpp offers for KV caches (`q8_0`, `q4_0`, `q4_1`, `q5_0`, `q5_1`,
+//! `iq4_nl`).
 //!
-//! Each follows the `gguf` Python package's `quantize_blocks` (ggml's
-//! `quantize_row_*_ref`) operation for operation, so the bytes are the
-//! package's: f32 arithmetic throughout, except that `q4_0` and `q5_0` take
-//! `x · id + offset` in f64 and round the sum once to f32, as the package
-//! does to stand for the fused multiply-add ggml is compiled with. Rust
+//! The linear formats follow the `gguf` Python package's `quantize_blocks`
+//! (ggml's `quantize_row_*_ref`) operation for operation, so the bytes are
+//! the package's: f32 arithmetic throughout, except that `q4_0` and `q5_0`
+//! take `x · id + offset` in f64 and round the sum once to f32, as the
+//! package does to stand for a fused multiply-add. (ggml built for x86-64
+//! without `-march` rounds `x · id` first; the two part only where the sum
+//! lands within an f32 step of a whole number: never on random or real
+//! rows, often on rows placed on half steps, see `docs/kv-formats.md`.) Rust
 //! never fuses a multiply and an add on its own, so nothing else rounds
 //! differently. One thing is ggml's C rather than the package's: in a block
 //! of zeros the sign of a zero scale or minimum follows the C reference's
 //! strict comparisons (NumPy's reductions pick one by the order of their
 //! SIMD lanes); either decodes to the same zeros.
+//!
+//! `iq4_nl` is not in the package; it follows ggml's
+//! `quantize_row_iq4_nl_ref` (what a KV cache store calls) in f32 with no
+//! fused operations, as ggml's base library is built for x86-64.
 
 use half::f16;
 use rayon::prelude::*;
 
+use super::blocks::IQ4_NL_LEVELS;
 use super::dtype::GgufDtype;
 
 /// Values per block of every type here.
@@ -45,12 +54,13 @@ pub enum QuantizeError {
 }
 
 /// The types [`quantize_into`] writes.
-pub const QUANTIZABLE: [GgufDtype; 5] = [
+pub const QUANTIZABLE: [GgufDtype; 6] = [
     GgufDtype::Q8_0,
     GgufDtype::Q4_0,
     GgufDtype::Q4_1,
     GgufDtype::Q5_0,
     GgufDtype::Q5_1,
+    GgufDtype::IQ4_NL,
 ];
 
 /// Quantizes `values` (whole blocks of [`BLOCK_VALUES`]) into `out`, which
@@ -77,7 +87,8 @@ pub fn quantize_into(
         GgufDtype::Q4_0 => q4_0,
         GgufDtype::Q4_1 => q4_1,
         GgufDtype::Q5_0 => q5_0,
-        _ => q5_1,
+        GgufDtype::Q5_1 => q5_1,
+        _ => iq4_nl,
     };
     values
         .par_chunks_exact(BLOCK_VALUES)
@@ -204,6 +215,66 @@ fn q5_1(x: &[f32; BLOCK_VALUES], out: &mut [u8]) {
     put_nibbles(&mut out[8..24], &q);
 }
 
+/// Below this largest magnitude a block is stored as zeros (ggml's
+/// `GROUP_MAX_EPS`).
+const IQ4_NL_MIN_MAX: f32 = 1e-15;
+
+/// IQ4_NL as ggml's KV cache stores it (`quantize_row_iq4_nl_ref`, which
+/// tries no further scales): each value's nearest level for
+/// `d = max / −127`, then `d` refitted to those levels by least squares
+/// weighted by x². A block whose largest magnitude is below 1e-15 gets
+/// `d = 0` and levels 0 (ggml leaves there whatever its previous block's
+/// levels were; any of them decodes to zeros).
+fn iq4_nl(x: &[f32; BLOCK_VALUES], out: &mut [u8]) {
+    let max = signed_max(x);
+    let mut levels = [0u8; BLOCK_VALUES];
+    let mut d = 0f32;
+    if max.abs() >= IQ4_NL_MIN_MAX {
+        let id = 1.0 / (max / f32::from(IQ4_NL_LEVELS[0]));
+        let (mut sumqx, mut sumq2) = (0f32, 0f32);
+        for (level, &v) in levels.iter_mut().zip(x) {
+            *level = nearest_iq4_nl_level(id * v);
+            let q = f32::from(IQ4_NL_LEVELS[usize::from(*level)]);
+            let w = v * v;
+            sumqx += w * q * v;
+            sumq2 += w * q * q;
+        }
+        if sumq2 > 0.0 {
+            d = sumqx / sumq2;
+        }
+    }
+    put_f16(&mut out[..2], d);
+    put_nibbles(&mut out[2..18], &levels);
+}
+
+/// The index of the IQ4_NL level nearest `x`, the upper one on a tie
+/// (ggml's `best_index_int8`: a bisection, then the closer neighbour).
+fn nearest_iq4_nl_level(x: f32) -> u8 {
+    let level = |i: usize| f32::from(IQ4_NL_LEVELS[i]);
+    let top = IQ4_NL_LEVELS.len() - 1;
+    if x <= level(0) {
+        return 0;
+    }
+    if x >= level(top) {
+        return top as u8;
+    }
+    let (mut low, mut high) = (0, top);
+    while high - low > 1 {
+        let middle = (low + high) / 2;
+        if x < level(middle) {
+            high = middle;
+        } else {
+            low = middle;
+        }
+    }
+    let nearest = if x - level(high - 1) < level(high) - x {
+        high - 1
+    } else {
+        high
+    };
+    nearest as u8
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -256,6 +327,34 @@ mod tests {
     }
 
     #[test]
+    fn iq4_nl_of_a_hand_computed_block() {
+        // max = −63.5 → d = 0.5 and x / d = −127, 13, 1 and 0 (nearest
+        // level 1, since 1 − 0 < 0 − (−10)); the refit keeps d = 0.5, as
+        // every value sits on its level.
+        let mut x = [0f32; 32];
+        x[0] = -63.5;
+        x[1] = 6.5;
+        x[16] = 0.5;
+        let b = quantized(GgufDtype::IQ4_NL, &x);
+        assert_eq!(&b[..2], &f16::from_f32(0.5).to_le_bytes());
+        let level = |j: usize| (b[2 + j % 16] >> (4 * (j / 16))) & 0x0F;
+        assert_eq!([level(0), level(1), level(2), level(16)], [0, 9, 8, 8]);
+        let y = dequantize(GgufDtype::IQ4_NL, &b).unwrap();
+        assert_eq!([y[0], y[1], y[2], y[16]], [-63.5, 6.5, 0.5, 0.5]);
+    }
+
+    #[test]
+    fn iq4_nl_levels_are_the_nearest_upper_on_ties() {
+        assert_eq!(nearest_iq4_nl_level(-200.0), 0);
+        assert_eq!(nearest_iq4_nl_level(-115.6), 0);
+        assert_eq!(nearest_iq4_nl_level(-115.5), 1, "tie of −127 and −104");
+        assert_eq!(nearest_iq4_nl_level(-4.5), 8, "tie of −10 and 1");
+        assert_eq!(nearest_iq4_nl_level(100.9), 14);
+        assert_eq!(nearest_iq4_nl_level(101.0), 15, "tie of 89 and 113");
+        assert_eq!(nearest_iq4_nl_level(500.0), 15);
+    }
+
+    #[test]
     fn zero_signs_in_a_block_of_zeros_follow_ggml_c() {
         let mut x = [0f32; 32];
         x[0] = -0.0;
@@ -289,6 +388,7 @@ mod tests {
             (GgufDtype::Q4_1, 15.0, 0.5),
             (GgufDtype::Q5_0, 32.0, 1.0),
             (GgufDtype::Q5_1, 31.0, 0.5),
+            (GgufDtype::IQ4_NL, 10.0, 1.0),
         ] {
             let y = dequantize(dtype, &quantized(dtype, &x)).unwrap();
             for (block, (xs, ys)) in x.chunks(32).zip(y.chunks(32)).enumerate() {

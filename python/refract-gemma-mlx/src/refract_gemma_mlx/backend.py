@@ -14,9 +14,6 @@ KLD chunks start with ``<bos>``, as llama-perplexity (REFRACT's llama.cpp
 backend) scores them, so that the two backends' numbers compare.
 """
 
-#: How KLD chunks start, as the worker's ``kld`` request takes it.
-KLD_BOS = True
-
 from __future__ import annotations
 
 import subprocess
@@ -32,6 +29,9 @@ from refract.backends.base import (
 )
 
 from .worker import WorkerClient, WorkerError, extra_arguments, gemma_mlx_binary
+
+#: How KLD chunks start, as the worker's ``kld`` request takes it.
+KLD_BOS = True
 
 _INSTANCE: Optional["GemmaMlxBackend"] = None
 
