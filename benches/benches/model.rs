@@ -107,7 +107,7 @@ fn kld_chunk(c: &mut Criterion, s: &Settings, model: &Gemma3) -> Result<(), Benc
     let corpus = chunks(&tokens, &settings)?;
     let reference = Side {
         model,
-        format: CacheFormat::COMPUTE,
+        formats: CacheFormat::COMPUTE.into(),
         start: 0,
         queries: QueryRounding::Exact,
     };
@@ -117,10 +117,12 @@ fn kld_chunk(c: &mut Criterion, s: &Settings, model: &Gemma3) -> Result<(), Benc
     };
     let candidate = Side {
         model,
-        format: CacheFormat {
+        formats: CacheFormat {
             keys: q8,
             values: q8,
-        },
+            ..CacheFormat::COMPUTE
+        }
+        .into(),
         start: 0,
         queries: QueryRounding::Exact,
     };
@@ -132,7 +134,7 @@ fn kld_chunk(c: &mut Criterion, s: &Settings, model: &Gemma3) -> Result<(), Benc
         b.iter(|| {
             or_exit(sweep(
                 &reference,
-                &[candidate],
+                std::slice::from_ref(&candidate),
                 &corpus,
                 &settings,
                 &mut |_, _| {},

@@ -179,6 +179,7 @@ fn cache_update(c: &mut Criterion, s: &Settings, cfg: &Gemma3Config) -> Result<(
         let mut cache = KvCache::new(CacheFormat {
             keys: format,
             values: format,
+            ..CacheFormat::COMPUTE
         });
         cache.update_and_fetch(&prompt_k, &prompt_v)?;
         mlx_core::eval(&cache.arrays())?;

@@ -55,7 +55,7 @@ fn main() -> Result<()> {
     let side = |spec: &KvSpec| -> Result<Side<'_>> {
         Ok(Side {
             model,
-            format: spec.cache_format()?,
+            formats: spec.layer_formats(&model.config)?,
             start: spec.start,
             queries: spec.queries,
         })

@@ -122,7 +122,10 @@ impl Engine {
 
     /// Fresh caches for `options`' KV format.
     pub fn new_caches(&self, options: &GenerateOptions) -> Result<Vec<LayerCache>, GenerateError> {
-        let caches = self.loaded.model.make_caches(options.cache_format)?;
+        let caches = self
+            .loaded
+            .model
+            .make_caches(options.cache_formats.clone())?;
         Ok(caches
             .into_iter()
             .map(|c| {

@@ -6,6 +6,7 @@ pub mod engine;
 pub mod error;
 pub mod generate;
 pub mod kld;
+pub mod kv_layers;
 pub mod kv_spec;
 pub mod metrics;
 pub mod options;

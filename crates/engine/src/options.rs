@@ -3,7 +3,7 @@
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use gemma::cache::{CacheFormat, QueryRounding};
+use gemma::cache::{CacheFormat, LayerFormats, QueryRounding};
 use gemma::model::Gemma3;
 use mlx_core::device::default_device;
 use mlx_core::Device;
@@ -92,8 +92,8 @@ pub struct GenerateOptions {
     pub sampler: SamplerConfig,
     /// Text that ends the generation when it appears (not included in the result).
     pub stop_strings: Vec<String>,
-    /// Storage of the KV cache.
-    pub cache_format: CacheFormat,
+    /// Storage of each layer's KV cache.
+    pub cache_formats: LayerFormats,
     /// Tokens kept in the compute dtype before the cache starts quantizing
     /// (mlx-lm's `quantized_kv_start`); prefill chunks are cut there.
     pub kv_start: usize,
@@ -125,7 +125,7 @@ impl Default for GenerateOptions {
             max_tokens: 256,
             sampler: SamplerConfig::default(),
             stop_strings: Vec::new(),
-            cache_format: CacheFormat::COMPUTE,
+            cache_formats: LayerFormats::Uniform(CacheFormat::COMPUTE),
             kv_start: 0,
             kv_queries: QueryRounding::Exact,
             prefill_chunk: default_prefill_chunk(device),

@@ -638,10 +638,12 @@ fn compiled_decoding_continues_a_conversation_as_eager_decoding_does() {
     };
     let quantized = |decode| GenerateOptions {
         decode,
-        cache_format: CacheFormat {
+        cache_formats: CacheFormat {
             keys: q8,
             values: q8,
-        },
+            ..CacheFormat::COMPUTE
+        }
+        .into(),
         ..options(30)
     };
     assert_eq!(

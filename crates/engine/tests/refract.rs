@@ -224,6 +224,67 @@ fn a_refract_score_equals_our_own_kld_and_trajectory() {
 }
 
 #[test]
+fn refract_scores_a_kv_policy_as_our_kld_does() {
+    let Some(bin) = venv_bin() else { return };
+    // REFRACT splits a spec at its commas and keeps the last `ctk=`: the
+    // part's settings are joined by `+` so the string reaches us whole.
+    let policy = "ctk=turbo3,ctv=turbo3;global:ctk=q8_0+ctv=q8_0";
+    let dir = tempfile::tempdir().expect("temp dir");
+    let json_out = dir.path().join("report.json");
+    let (model, json) = (model(), json_out.display().to_string());
+    let family = CpuKernels::best().unwrap();
+    run(
+        &bin,
+        family,
+        "refract-gemma-mlx",
+        &[
+            "score",
+            "--model",
+            &model,
+            "--reference",
+            REFERENCE,
+            "--candidate",
+            policy,
+            "--corpus",
+            CORPUS,
+            "--chunks",
+            "2",
+            "--skip-gtm",
+            "--json-out",
+            &json,
+            "--no-progress",
+        ],
+    );
+    let refract: Value =
+        serde_json::from_str(&std::fs::read_to_string(&json_out).expect("the JSON report"))
+            .expect("JSON");
+    let ours = report_with(
+        &NATIVE,
+        Some(family.name()),
+        "kld",
+        &[
+            "--corpus", CORPUS, "--ref", REFERENCE, "--cand", policy, "--ctx", "512", "--chunks",
+            "2",
+        ],
+    );
+    let ours = candidate(&ours, 0);
+    assert_eq!(
+        ours["canonical"],
+        "ctk=turbo3,ctv=turbo3,start=0;5:ctk=q8_0,ctv=q8_0;11:ctk=q8_0,ctv=q8_0;\
+         17:ctk=q8_0,ctv=q8_0"
+    );
+    let (theirs, our) = (
+        num(&refract["axes"]["kld"], "mean_kld"),
+        num(ours, "mean_kld"),
+    );
+    println!("REFRACT's KLD of {policy}: {theirs}, ours {our}");
+    assert!(
+        ((theirs - our) / our).abs() < 1e-6,
+        "{theirs} against {our}"
+    );
+}
+
+#[test]
 fn refract_selftest_passes_with_gemma_mlx() {
     let Some(bin) = venv_bin() else { return };
     let out = run(

@@ -4,7 +4,9 @@
 //! key/value formats, format validation, and the bytes a cache holds
 //! against the per-vector formula.
 
-use gemma::cache::{Attend, CacheFormat, KvCache, KvFormat, KvStore, LayerCache, RotatingKvCache};
+use gemma::cache::{
+    block, Attend, CacheFormat, KvCache, KvFormat, KvStore, LayerCache, RotatingKvCache,
+};
 use gemma::quant::{quantize_into, GgufDtype, QUANTIZABLE};
 use mlx_core::{Array, Dtype};
 
@@ -162,15 +164,18 @@ fn check_store(
         (KvStore::Block(b), KvFormat::Block(dtype)) => {
             assert_eq!(b.dtype, dtype, "{context}");
             let per_vector = (DIM / 32) as usize * dtype.type_size() as usize;
-            let shape = vec![BATCH, HEADS, positions as i32, per_vector as i32];
+            let held = block::carrier(dtype);
+            assert_eq!(b.bytes.dtype(), held, "{context}: block carrier");
+            let elements = (per_vector / held.size_bytes()) as i32;
+            let shape = vec![BATCH, HEADS, positions as i32, elements];
             assert_eq!(b.bytes.shape(), shape, "{context}: block shape");
-            let got: Vec<u8> = b
-                .bytes
-                .to_vec::<i8>()
-                .expect("bytes")
-                .into_iter()
-                .map(|v| v as u8)
-                .collect();
+            let got: Vec<u8> = if held == Dtype::Int16 {
+                let values = b.bytes.to_vec::<i16>().expect("bytes");
+                values.iter().flat_map(|v| v.to_le_bytes()).collect()
+            } else {
+                let values = b.bytes.to_vec::<i8>().expect("bytes");
+                values.iter().map(|&v| v as u8).collect()
+            };
             let d = DIM as usize;
             let mut want = vec![0u8; per_vector];
             for (p, row) in rows.iter().enumerate() {
@@ -250,6 +255,7 @@ fn float_formats_cast_on_insert() {
             let format = CacheFormat {
                 keys: KvFormat::Float(stored),
                 values: KvFormat::Float(stored),
+                ..CacheFormat::COMPUTE
             };
             for (kind, cache) in both_caches(format) {
                 exercise(
@@ -269,7 +275,11 @@ fn every_quantized_format_works_in_both_caches() {
     for bits in [2, 3, 4, 5, 6, 8] {
         for group_size in [32, 64, 128] {
             let q = KvFormat::Quantized { bits, group_size };
-            let format = CacheFormat { keys: q, values: q };
+            let format = CacheFormat {
+                keys: q,
+                values: q,
+                ..CacheFormat::COMPUTE
+            };
             for (kind, cache) in both_caches(format) {
                 let worst = exercise(
                     cache,
@@ -291,6 +301,7 @@ fn every_block_format_works_in_both_caches_and_both_dtypes() {
             let format = CacheFormat {
                 keys: KvFormat::Block(dtype),
                 values: KvFormat::Block(dtype),
+                ..CacheFormat::COMPUTE
             };
             for (kind, cache) in both_caches(format) {
                 exercise(
@@ -308,6 +319,7 @@ fn every_block_format_works_in_both_caches_and_both_dtypes() {
             bits: 4,
             group_size: 64,
         },
+        ..CacheFormat::COMPUTE
     };
     for (kind, cache) in both_caches(mixed) {
         exercise(
@@ -326,7 +338,11 @@ fn quantized_formats_in_a_bfloat16_model() {
             bits,
             group_size: 64,
         };
-        let format = CacheFormat { keys: q, values: q };
+        let format = CacheFormat {
+            keys: q,
+            values: q,
+            ..CacheFormat::COMPUTE
+        };
         for (kind, cache) in both_caches(format) {
             exercise(
                 cache,
@@ -350,6 +366,7 @@ fn keys_and_values_take_separate_formats() {
                 bits: 4,
                 group_size: 64,
             },
+            ..CacheFormat::COMPUTE
         },
         CacheFormat {
             keys: KvFormat::Float(None),
@@ -357,6 +374,7 @@ fn keys_and_values_take_separate_formats() {
                 bits: 4,
                 group_size: 32,
             },
+            ..CacheFormat::COMPUTE
         },
         CacheFormat {
             keys: KvFormat::Quantized {
@@ -364,6 +382,7 @@ fn keys_and_values_take_separate_formats() {
                 group_size: 128,
             },
             values: KvFormat::Float(Some(Dtype::Bfloat16)),
+            ..CacheFormat::COMPUTE
         },
     ];
     for format in formats {
@@ -487,30 +506,37 @@ fn reported_bytes_match_the_arrays_and_the_formula() {
         CacheFormat {
             keys: KvFormat::Float(Some(Dtype::Bfloat16)),
             values: KvFormat::Float(Some(Dtype::Float16)),
+            ..CacheFormat::COMPUTE
         },
         CacheFormat {
             keys: q(4, 64),
             values: q(4, 64),
+            ..CacheFormat::COMPUTE
         },
         CacheFormat {
             keys: q(6, 32),
             values: q(6, 32),
+            ..CacheFormat::COMPUTE
         },
         CacheFormat {
             keys: q(3, 128),
             values: q(2, 32),
+            ..CacheFormat::COMPUTE
         },
         CacheFormat {
             keys: q(8, 64),
             values: q(4, 64),
+            ..CacheFormat::COMPUTE
         },
         CacheFormat {
             keys: KvFormat::Float(None),
             values: q(5, 64),
+            ..CacheFormat::COMPUTE
         },
         CacheFormat {
             keys: KvFormat::Block(GgufDtype::Q8_0),
             values: KvFormat::Block(GgufDtype::Q5_1),
+            ..CacheFormat::COMPUTE
         },
     ];
     let schedule = [1, 4, 1, 250, 1, 43, 1];

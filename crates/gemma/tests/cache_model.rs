@@ -8,9 +8,10 @@ mod common;
 
 use common::fixed_steps::max_diff;
 use common::models::random_model;
-use gemma::cache::{CacheFormat, KvFormat, LayerCache};
+use gemma::cache::{CacheFormat, KvFormat, KvStore, LayerCache, LayerFormats, Rotation};
 use gemma::config::Gemma3Config;
 use gemma::model::Gemma3;
+use gemma::quant::GgufDtype;
 use mlx_core::{concatenate, Array, Dtype};
 
 const TOKENS: usize = 40;
@@ -46,9 +47,10 @@ fn token_ids() -> Vec<i32> {
     (0..TOKENS as i32).map(|i| (i * 37 + 11) % 256).collect()
 }
 
-/// Logits `[TOKENS, vocab]` computed in chunks of `chunk` tokens (all at once for `TOKENS`).
-fn logits(model: &Gemma3, format: CacheFormat, chunk: usize) -> Vec<f32> {
-    let mut caches = model.make_caches(format).expect("caches");
+/// Logits `[TOKENS, vocab]` through caches of `formats`, computed in chunks
+/// of `chunk` tokens (all at once for `TOKENS`).
+fn logits(model: &Gemma3, formats: impl Into<LayerFormats>, chunk: usize) -> Vec<f32> {
+    let mut caches = model.make_caches(formats).expect("caches");
     let ids = token_ids();
     let mut parts = Vec::new();
     for piece in ids.chunks(chunk) {
@@ -123,7 +125,11 @@ fn quantized(bits: i32) -> CacheFormat {
         bits,
         group_size: 64,
     };
-    CacheFormat { keys: q, values: q }
+    CacheFormat {
+        keys: q,
+        values: q,
+        ..CacheFormat::COMPUTE
+    }
 }
 
 #[test]
@@ -174,6 +180,7 @@ fn turbo_cache_logits_are_close_whatever_the_chunking() {
             group_size: 64,
         },
         values: t(3),
+        ..CacheFormat::COMPUTE
     };
     let mut errors = Vec::new();
     for (name, format) in [
@@ -182,6 +189,7 @@ fn turbo_cache_logits_are_close_whatever_the_chunking() {
             CacheFormat {
                 keys: t(4),
                 values: t(4),
+                ..CacheFormat::COMPUTE
             },
         ),
         (
@@ -189,6 +197,7 @@ fn turbo_cache_logits_are_close_whatever_the_chunking() {
             CacheFormat {
                 keys: t(2),
                 values: t(2),
+                ..CacheFormat::COMPUTE
             },
         ),
         ("q8_0/turbo3", mixed),
@@ -229,6 +238,7 @@ fn a_float16_cache_under_a_bfloat16_model_keeps_the_stream_in_bfloat16() {
     let format = CacheFormat {
         keys: f16,
         values: f16,
+        ..CacheFormat::COMPUTE
     };
     let mut caches = model.make_caches(format).expect("caches");
     let tokens = Array::from_slice(&token_ids()[..5], &[1, 5]).expect("tokens");
@@ -267,10 +277,12 @@ fn make_caches_rejects_formats_mlx_cannot_store() {
             CacheFormat {
                 keys: format,
                 values: KvFormat::Float(None),
+                ..CacheFormat::COMPUTE
             },
             CacheFormat {
                 keys: KvFormat::Float(None),
                 values: format,
+                ..CacheFormat::COMPUTE
             },
         ] {
             let message = model
@@ -280,4 +292,99 @@ fn make_caches_rejects_formats_mlx_cannot_store() {
             assert!(message.contains(needle), "{message:?} lacks {needle:?}");
         }
     }
+}
+
+#[test]
+fn each_layer_stores_the_format_its_policy_gives_it() {
+    let model = random_model(config_with_heads(WINDOW, 128), Dtype::Float32, 17);
+    let per_layer = [
+        CacheFormat {
+            keys: KvFormat::Block(GgufDtype::Q8_0),
+            values: KvFormat::Turbo { bits: 2 },
+            ..CacheFormat::COMPUTE
+        },
+        CacheFormat {
+            keys: KvFormat::Quantized {
+                bits: 4,
+                group_size: 32,
+            },
+            values: KvFormat::Block(GgufDtype::IQ4_NL),
+            ..CacheFormat::COMPUTE
+        },
+        CacheFormat {
+            keys: KvFormat::Turbo { bits: 4 },
+            values: KvFormat::Float(Some(Dtype::Float16)),
+            ..CacheFormat::COMPUTE
+        },
+    ];
+    let mut caches = model
+        .make_caches(LayerFormats::PerLayer(per_layer.to_vec()))
+        .expect("caches");
+    let tokens = Array::from_slice(&token_ids()[..12], &[1, 12]).expect("tokens");
+    let out = model.forward(&tokens, &mut caches).expect("forward");
+    mlx_core::eval(&[&out]).expect("eval");
+    for (i, (cache, asked)) in caches.iter().zip(per_layer).enumerate() {
+        let arrays: Vec<Array> = cache.arrays().into_iter().cloned().collect();
+        let (keys, used) = KvStore::from_arrays(&arrays, 128).expect("keys");
+        let (values, _) = KvStore::from_arrays(&arrays[used..], 128).expect("values");
+        assert_eq!(
+            (keys.format(), values.format()),
+            (asked.keys, asked.values),
+            "layer {i}"
+        );
+    }
+    // The same policy in every layer is the uniform cache.
+    let uniform = logits(&model, per_layer[1], TOKENS);
+    let listed = logits(
+        &model,
+        LayerFormats::PerLayer(vec![per_layer[1]; 3]),
+        TOKENS,
+    );
+    assert_eq!(uniform, listed);
+    let short = model.make_caches(LayerFormats::PerLayer(per_layer[..2].to_vec()));
+    let err = short
+        .err()
+        .expect("two formats for three layers")
+        .to_string();
+    assert!(
+        err.contains("2 per-layer formats") && err.contains("3 layers"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_rotated_float_cache_gives_the_unrotated_logits() {
+    // Heads of 128 values: keys rotate in one run of 128, values in two of 64.
+    let model = random_model(config_with_heads(WINDOW, 128), Dtype::Float32, 17);
+    let with = |format: CacheFormat, rotation: Rotation, chunk: usize| {
+        logits(&model, CacheFormat { rotation, ..format }, chunk)
+    };
+    let plain = with(CacheFormat::COMPUTE, Rotation::NONE, TOKENS);
+    let scale = max_abs(&plain);
+    for (keys, values) in [(true, false), (false, true), (true, true)] {
+        let rotation = Rotation { keys, values };
+        // One forward, token by token, and chunks of 7 through the window.
+        for chunk in [TOKENS, 1, 7] {
+            let d = max_diff(&plain, &with(CacheFormat::COMPUTE, rotation, chunk));
+            println!("{rotation:?}, chunks of {chunk}: {d:e} (max |logit| {scale:.4})");
+            assert!(d < 1e-5 * scale, "{rotation:?}, chunks of {chunk}: {d}");
+        }
+    }
+    // Over 4-bit blocks the rotation changes what quantization loses, not
+    // its size (random vectors have no outliers for it to spread).
+    let q4 = CacheFormat {
+        keys: KvFormat::Block(GgufDtype::Q4_0),
+        values: KvFormat::Block(GgufDtype::Q4_0),
+        ..CacheFormat::COMPUTE
+    };
+    let both = Rotation {
+        keys: true,
+        values: true,
+    };
+    let (unrotated, rotated) = (
+        max_diff(&plain, &with(q4, Rotation::NONE, TOKENS)),
+        max_diff(&plain, &with(q4, both, TOKENS)),
+    );
+    println!("q4_0 against float: {unrotated:e} unrotated, {rotated:e} rotated");
+    assert!(rotated > 0.0 && rotated != unrotated && rotated < 2.0 * unrotated);
 }

@@ -222,10 +222,12 @@ fn quantized_format_returns_the_positions_written() {
         CacheFormat {
             keys: q8,
             values: q8,
+            ..CacheFormat::COMPUTE
         },
         CacheFormat {
             keys: KvFormat::Float(None),
             values: q8,
+            ..CacheFormat::COMPUTE
         },
     ] {
         let mut cache = KvCache::new(format);

@@ -364,10 +364,15 @@ fn quantized_formats_see_exactly_the_window() {
         for group_size in [32] {
             let q = KvFormat::Quantized { bits, group_size };
             for format in [
-                CacheFormat { keys: q, values: q },
+                CacheFormat {
+                    keys: q,
+                    values: q,
+                    ..CacheFormat::COMPUTE
+                },
                 CacheFormat {
                     keys: KvFormat::Float(None),
                     values: q,
+                    ..CacheFormat::COMPUTE
                 },
             ] {
                 for window in [4, 7] {

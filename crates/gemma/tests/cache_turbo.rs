@@ -245,6 +245,7 @@ fn decoded(attend: &Attend, dtype: Dtype) -> Attend {
         values: plain(&attend.values),
         mask: attend.mask.clone(),
         queries: attend.queries,
+        rotation: attend.rotation,
     }
 }
 
@@ -292,6 +293,7 @@ fn turbo_mixes() -> Vec<(&'static str, CacheFormat)> {
             CacheFormat {
                 keys: t(2),
                 values: t(2),
+                ..CacheFormat::COMPUTE
             },
         ),
         (
@@ -299,6 +301,7 @@ fn turbo_mixes() -> Vec<(&'static str, CacheFormat)> {
             CacheFormat {
                 keys: t(3),
                 values: t(3),
+                ..CacheFormat::COMPUTE
             },
         ),
         (
@@ -306,6 +309,7 @@ fn turbo_mixes() -> Vec<(&'static str, CacheFormat)> {
             CacheFormat {
                 keys: t(4),
                 values: f,
+                ..CacheFormat::COMPUTE
             },
         ),
         (
@@ -313,6 +317,7 @@ fn turbo_mixes() -> Vec<(&'static str, CacheFormat)> {
             CacheFormat {
                 keys: f,
                 values: t(4),
+                ..CacheFormat::COMPUTE
             },
         ),
         (
@@ -320,6 +325,7 @@ fn turbo_mixes() -> Vec<(&'static str, CacheFormat)> {
             CacheFormat {
                 keys: q(8),
                 values: t(3),
+                ..CacheFormat::COMPUTE
             },
         ),
         (
@@ -327,6 +333,7 @@ fn turbo_mixes() -> Vec<(&'static str, CacheFormat)> {
             CacheFormat {
                 keys: t(4),
                 values: q(4),
+                ..CacheFormat::COMPUTE
             },
         ),
     ]
@@ -390,6 +397,7 @@ fn a_cache_reports_its_packed_bytes() {
     let format = CacheFormat {
         keys: KvFormat::Turbo { bits: 3 },
         values: KvFormat::Turbo { bits: 4 },
+        ..CacheFormat::COMPUTE
     };
     let mut cache = LayerCache::Plain(KvCache::new(format));
     let key = random::key(3).expect("key");
@@ -407,6 +415,7 @@ fn head_sizes_that_are_not_whole_groups_are_refused() {
     let format = CacheFormat {
         keys: KvFormat::Float(None),
         values: KvFormat::Turbo { bits: 3 },
+        ..CacheFormat::COMPUTE
     };
     let e = model.make_caches(format).unwrap_err().to_string();
     assert!(

@@ -49,6 +49,7 @@ fn formats() -> [(&'static str, CacheFormat); 3] {
             CacheFormat {
                 keys: affine(8),
                 values: affine(4),
+                ..CacheFormat::COMPUTE
             },
         ),
         (
@@ -56,6 +57,7 @@ fn formats() -> [(&'static str, CacheFormat); 3] {
             CacheFormat {
                 keys: KvFormat::Turbo { bits: 4 },
                 values: affine(8),
+                ..CacheFormat::COMPUTE
             },
         ),
     ]

@@ -94,6 +94,7 @@ fn compressed_caches_step_compiled_as_they_step_eagerly() {
             CacheFormat {
                 keys: b(GgufDtype::Q8_0),
                 values: b(GgufDtype::Q4_0),
+                ..CacheFormat::COMPUTE
             },
             0,
         ),
@@ -103,6 +104,7 @@ fn compressed_caches_step_compiled_as_they_step_eagerly() {
             CacheFormat {
                 keys: b(GgufDtype::Q5_1),
                 values: t(3),
+                ..CacheFormat::COMPUTE
             },
             2,
         ),
@@ -112,6 +114,7 @@ fn compressed_caches_step_compiled_as_they_step_eagerly() {
             CacheFormat {
                 keys: f,
                 values: b(GgufDtype::Q4_1),
+                ..CacheFormat::COMPUTE
             },
             0,
         ),
@@ -121,6 +124,7 @@ fn compressed_caches_step_compiled_as_they_step_eagerly() {
             CacheFormat {
                 keys: q(8, 64),
                 values: q(8, 64),
+                ..CacheFormat::COMPUTE
             },
             0,
         ),
@@ -130,6 +134,7 @@ fn compressed_caches_step_compiled_as_they_step_eagerly() {
             CacheFormat {
                 keys: q(4, 32),
                 values: f,
+                ..CacheFormat::COMPUTE
             },
             0,
         ),
@@ -139,6 +144,7 @@ fn compressed_caches_step_compiled_as_they_step_eagerly() {
             CacheFormat {
                 keys: q(3, 64),
                 values: q(6, 64),
+                ..CacheFormat::COMPUTE
             },
             3,
         ),
@@ -148,6 +154,7 @@ fn compressed_caches_step_compiled_as_they_step_eagerly() {
             CacheFormat {
                 keys: t(4),
                 values: t(4),
+                ..CacheFormat::COMPUTE
             },
             0,
         ),
@@ -157,6 +164,7 @@ fn compressed_caches_step_compiled_as_they_step_eagerly() {
             CacheFormat {
                 keys: q(8, 64),
                 values: t(3),
+                ..CacheFormat::COMPUTE
             },
             0,
         ),
@@ -166,6 +174,7 @@ fn compressed_caches_step_compiled_as_they_step_eagerly() {
             CacheFormat {
                 keys: t(2),
                 values: f,
+                ..CacheFormat::COMPUTE
             },
             5,
         ),
@@ -227,6 +236,7 @@ fn caches_whose_format_changes_are_not_reserved() {
     let format = CacheFormat {
         keys: KvFormat::Float(None),
         values: q8,
+        ..CacheFormat::COMPUTE
     };
     let mut caches = model.make_caches(format).expect("caches");
     assert!(step.reserve(&mut caches, 10).expect("reserve"));

@@ -9,7 +9,9 @@ use common::fixed_steps::{
 use common::gpu::{floats, on_gpu};
 use common::models::random_model;
 use gemma::cache::turbo::{rotate, unrotate};
-use gemma::cache::{Attend, CacheFormat, KeyMask, KvFormat, KvStore, LayerKv, QueryRounding};
+use gemma::cache::{
+    Attend, CacheFormat, KeyMask, KvFormat, KvStore, LayerKv, QueryRounding, Rotation,
+};
 use gemma::config::Gemma3Config;
 use gemma::cuda::{
     decode_attention, decode_attention_stored, decode_layer, grid_barrier, linear_row,
@@ -336,6 +338,7 @@ fn eager_attention_over_affine_caches_gives_the_attention_of_the_decoded_vectors
                 values: store(&k3),
                 mask: KeyMask::All,
                 queries: QueryRounding::Exact,
+                rotation: Rotation::NONE,
             };
             let scale = 1.0 / (d as f32).sqrt();
             let ours = cache_attention(&q, &attend, scale, false).unwrap();
@@ -423,6 +426,7 @@ fn the_compiled_decode_step_gives_the_same_logits_on_the_gpu() {
                     bits: 8,
                     group_size: 32,
                 },
+                ..CacheFormat::COMPUTE
             },
         ),
         (
@@ -433,6 +437,7 @@ fn the_compiled_decode_step_gives_the_same_logits_on_the_gpu() {
                     bits: 4,
                     group_size: 32,
                 },
+                ..CacheFormat::COMPUTE
             },
         ),
     ];
@@ -532,7 +537,11 @@ fn fused_layer_kernels_encode_and_read_every_cache_format_as_the_eager_pass() {
     let a = |bits, group_size| KvFormat::Quantized { bits, group_size };
     let t = |bits| KvFormat::Turbo { bits };
     let f = KvFormat::Float(None);
-    let format = |keys, values| CacheFormat { keys, values };
+    let format = |keys, values| CacheFormat {
+        keys,
+        values,
+        ..CacheFormat::COMPUTE
+    };
     // (name, head size, format, tokens kept in floats first). The kernel's
     // Walsh–Hadamard rotation sums in another order than MLX's, so a rotated
     // coordinate within rounding of a codebook boundary can take the

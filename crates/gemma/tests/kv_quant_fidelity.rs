@@ -31,6 +31,7 @@ fn quantized(bits: i32) -> CacheFormat {
     CacheFormat {
         keys: format,
         values: format,
+        ..CacheFormat::COMPUTE
     }
 }
 

@@ -193,6 +193,7 @@ fn quantized_cache_matches_mlx_lm_quantized_kv_cache() {
             CacheFormat {
                 keys: format,
                 values: format,
+                ..CacheFormat::COMPUTE
             },
             CacheSpec::Quantized { bits, group_size },
             &ids,

@@ -4,7 +4,7 @@
 //! values as they enter, so the chunk attends to them exactly as generation
 //! would.
 
-use gemma::cache::{CacheFormat, QueryRounding};
+use gemma::cache::{LayerFormats, QueryRounding};
 use gemma::linear::gguf::MIN_INPUTS_FOR_MATMUL;
 use gemma::model::Gemma3;
 use mlx_core::{memory, Array};
@@ -30,13 +30,13 @@ pub struct ChunkSettings {
     pub two_forwards: bool,
 }
 
-/// One side of a comparison: a model and a cache format.
-#[derive(Debug, Clone, Copy)]
+/// One side of a comparison: a model and its caches' formats.
+#[derive(Debug, Clone)]
 pub struct Side<'a> {
     /// The model.
     pub model: &'a Gemma3,
-    /// The cache format.
-    pub format: CacheFormat,
+    /// Each layer's cache format.
+    pub formats: LayerFormats,
     /// Tokens kept in the compute dtype before quantizing starts.
     pub start: usize,
     /// How attention treats the queries.
@@ -134,7 +134,7 @@ fn logits_from(first: i32, l: i32) -> i32 {
 fn run_chunk(side: &Side<'_>, chunk: &Array, from: i32) -> Result<(Array, usize), GenerateError> {
     let mut caches: Vec<_> = side
         .model
-        .make_caches(side.format)?
+        .make_caches(side.formats.clone())?
         .into_iter()
         .map(|c| {
             c.quantize_from(side.start as i32)

@@ -7,6 +7,7 @@ use mlx_core::Array;
 
 use super::error::CacheError;
 use super::format::{KvFormat, KvStore, VectorSpec};
+use super::rotation::Rotation;
 
 /// Positions are allocated in multiples of this many.
 pub const STEP: i32 = 256;
@@ -18,6 +19,8 @@ pub struct CacheFormat {
     pub keys: KvFormat,
     /// How values are stored.
     pub values: KvFormat,
+    /// Which sides are rotated before they are stored ([`Rotation`]).
+    pub rotation: Rotation,
 }
 
 impl CacheFormat {
@@ -25,16 +28,42 @@ impl CacheFormat {
     pub const COMPUTE: CacheFormat = CacheFormat {
         keys: KvFormat::Float(None),
         values: KvFormat::Float(None),
+        rotation: Rotation::NONE,
     };
 
     /// The format in effect after `offset` tokens when the cache keeps the
-    /// compute dtype until `start` tokens (mlx-lm's `quantized_kv_start`).
+    /// compute dtype until `start` tokens (mlx-lm's `quantized_kv_start`);
+    /// the rotation holds from the first token, so that the floats kept
+    /// before `start` are converted as they are.
     pub fn active(&self, offset: i32, start: i32) -> CacheFormat {
         if offset < start {
-            CacheFormat::COMPUTE
+            CacheFormat {
+                rotation: self.rotation,
+                ..CacheFormat::COMPUTE
+            }
         } else {
             *self
         }
+    }
+
+    /// New keys and values `[B, heads, n, dim]` as stored: rotated where
+    /// the format says, then encoded.
+    pub(crate) fn encode(
+        &self,
+        keys: &Array,
+        values: &Array,
+    ) -> Result<(KvStore, KvStore), CacheError> {
+        Ok((
+            KvStore::encode(&self.rotation.keys_side(keys)?, self.keys)?,
+            KvStore::encode(&self.rotation.values_side(values)?, self.values)?,
+        ))
+    }
+
+    /// Checks that keys and values of `dim` values can be stored so.
+    pub fn validate(&self, dim: i32) -> Result<(), CacheError> {
+        self.keys.validate(dim)?;
+        self.values.validate(dim)?;
+        self.rotation.validate(dim)
     }
 }
 
@@ -142,6 +171,9 @@ pub struct Attend {
     pub mask: KeyMask,
     /// How the queries are treated.
     pub queries: QueryRounding,
+    /// Which sides were rotated before they were stored: the queries are
+    /// rotated alike, the output back.
+    pub rotation: Rotation,
 }
 
 /// `n` rounded up to a multiple of [`STEP`].

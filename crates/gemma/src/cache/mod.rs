@@ -1,4 +1,5 @@
-//! KV caches: one per layer, chosen in `Gemma3::make_caches`.
+//! KV caches: one per layer, chosen in `Gemma3::make_caches`, each in the
+//! format [`LayerFormats`] gives its layer.
 //!
 //! - [`KvCache`] (global layers): grows in steps of [`STEP`] positions.
 //! - [`RotatingKvCache`] (sliding layers): a ring buffer of the window size.
@@ -16,8 +17,10 @@ mod buffers;
 mod error;
 mod format;
 mod layer;
+mod layer_formats;
 mod plain;
 mod rotating;
+mod rotation;
 pub mod turbo;
 
 pub use block::BlockArray;
@@ -25,6 +28,8 @@ pub use buffers::{Attend, CacheFormat, FixedSlot, KeyMask, LayerKv, QueryRoundin
 pub use error::CacheError;
 pub use format::{KvFormat, KvStore, VectorSpec};
 pub use layer::LayerCache;
+pub use layer_formats::LayerFormats;
 pub use plain::KvCache;
 pub use rotating::RotatingKvCache;
+pub use rotation::Rotation;
 pub use turbo::TurboArray;

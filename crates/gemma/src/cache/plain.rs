@@ -62,8 +62,7 @@ impl KvCache {
         let prev = self.offset;
         let format = self.format.active(prev, self.start);
         convert_stores(&mut self.keys, &mut self.values, format)?;
-        let new_keys = KvStore::encode(keys, format.keys)?;
-        let new_values = KvStore::encode(values, format.values)?;
+        let (new_keys, new_values) = format.encode(keys, values)?;
         let (stored_keys, stored_values) = match (self.keys.take(), self.values.take()) {
             (Some(k), Some(v)) => (k, v),
             _ => {
@@ -101,13 +100,14 @@ impl KvCache {
             values,
             mask,
             queries: self.queries,
+            rotation: self.format.rotation,
         })
     }
 
     /// See [`crate::cache::LayerCache::reserve_fixed`]: buffers of `positions`
     /// rounded up to whole steps.
     pub fn reserve_fixed(&mut self, positions: i32, spec: VectorSpec) -> Result<bool, CacheError> {
-        if self.queries != QueryRounding::Exact {
+        if self.queries != QueryRounding::Exact || self.format.rotation.any() {
             return Ok(false);
         }
         let last = positions.max(self.offset + 1) - 1;

@@ -85,8 +85,7 @@ impl RotatingKvCache {
     pub fn update_and_fetch(&mut self, keys: &Array, values: &Array) -> Result<Attend, CacheError> {
         let format = self.format.active(self.offset, self.start);
         convert_stores(&mut self.keys, &mut self.values, format)?;
-        let new_keys = KvStore::encode(keys, format.keys)?;
-        let new_values = KvStore::encode(values, format.values)?;
+        let (new_keys, new_values) = format.encode(keys, values)?;
         if keys.dim(2)? == 1 {
             self.update_one(new_keys, new_values)
         } else {
@@ -120,6 +119,7 @@ impl RotatingKvCache {
                 values: v.clone(),
                 mask: KeyMask::All,
                 queries: self.queries,
+                rotation: self.format.rotation,
             }
         } else {
             Attend {
@@ -127,6 +127,7 @@ impl RotatingKvCache {
                 values: v.slice(0, self.filled)?,
                 mask: KeyMask::All,
                 queries: self.queries,
+                rotation: self.format.rotation,
             }
         };
         self.keys = Some(k);
@@ -213,13 +214,14 @@ impl RotatingKvCache {
             values: attend_values,
             mask,
             queries: self.queries,
+            rotation: self.format.rotation,
         })
     }
 
     /// See [`crate::cache::LayerCache::reserve_fixed`]: buffers of `positions`
     /// rounded up to whole steps, at most the window.
     pub fn reserve_fixed(&mut self, positions: i32, spec: VectorSpec) -> Result<bool, CacheError> {
-        if self.queries != QueryRounding::Exact {
+        if self.queries != QueryRounding::Exact || self.format.rotation.any() {
             return Ok(false);
         }
         let last = positions.max(self.offset + 1) - 1;

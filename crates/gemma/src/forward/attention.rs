@@ -6,7 +6,7 @@ use mlx_core::{Array, Dtype};
 use super::placement::Placement;
 use super::query_rounding::rounded_queries;
 use crate::cache::turbo::{rotate, unrotate};
-use crate::cache::{Attend, CacheError, KeyMask, KvStore, QueryRounding};
+use crate::cache::{Attend, CacheError, KeyMask, KvStore, QueryRounding, Rotation};
 use crate::cpu::prompt_attention::{self as cpu_prompt_attention, RowMask};
 use crate::cuda::decode_attention_stored;
 use crate::model::ModelError;
@@ -23,7 +23,23 @@ pub fn cache_attention(
     attend_to(q, attend, scale, Placement::current(gpu_kernels)?)
 }
 
-/// Attention of queries `[B, Hq, L, D]` over what a cache returned.
+/// Attention of queries `[B, Hq, L, D]` over what a cache returned: where
+/// the cache rotated its keys ([`crate::cache::Rotation`]) the queries are
+/// rotated alike, and where it rotated its values the output is rotated
+/// back.
+pub(super) fn attend_to(
+    q: &Array,
+    attend: &Attend,
+    scale: f32,
+    place: Placement,
+) -> Result<Array, ModelError> {
+    let rotation = attend.rotation;
+    let out = attend_stored(&rotation.keys_side(q)?, attend, scale, place)?;
+    Ok(rotation.values_side(&out)?)
+}
+
+/// Attention of queries `[B, Hq, L, D]` (rotated as the keys were) over
+/// what a cache stored.
 ///
 /// TurboQuant keys and values are decoded in their rotated domain: the
 /// queries are rotated the same way when keys are (the rotation is
@@ -43,7 +59,7 @@ pub fn cache_attention(
 /// the leading-keys mask of the compiled decode step: MLX's masked attention there costs more than the
 /// eager pass saves (1B step at context 128 on the H200: 8.1 ms against
 /// 7.2 ms eager).
-pub(super) fn attend_to(
+fn attend_stored(
     q: &Array,
     attend: &Attend,
     scale: f32,
@@ -81,8 +97,9 @@ pub(super) fn attend_to(
             values: decode_turbo(&attend.values, q.dtype())?,
             mask: attend.mask.clone(),
             queries: QueryRounding::Exact,
+            rotation: Rotation::NONE,
         };
-        return finish(attend_to(&queries, &decoded, scale, place)?);
+        return finish(attend_stored(&queries, &decoded, scale, place)?);
     }
     let (keys, values) = (
         attend.keys.decoded(q.dtype())?,

@@ -5,7 +5,9 @@
 use mlx_core::fast::RopeOffset;
 use mlx_core::Array;
 
-use crate::cache::{Attend, CacheError, KeyMask, KvStore, LayerCache, LayerKv, QueryRounding};
+use crate::cache::{
+    Attend, CacheError, KeyMask, KvStore, LayerCache, LayerKv, QueryRounding, Rotation,
+};
 
 /// Where one block's new keys and values go, and what its queries then
 /// attend to.
@@ -83,6 +85,7 @@ impl FixedTarget<'_> {
                 additive: self.mask.clone(),
             },
             queries: QueryRounding::Exact,
+            rotation: Rotation::NONE,
         })
     }
 }

@@ -364,8 +364,9 @@ impl Gemma3 {
 /// One token `x` (`[1, 1, H]`) through `block` as three CPU operations of
 /// ours ([`CpuBlock`]): Q/K/V, then the key and value stored in `target` in
 /// its format and attention over what it returns (decoded to float32;
-/// TurboQuant in its rotated domain, the queries rotated alike and the
-/// output rotated back), then the rest of the block.
+/// TurboQuant in its rotated domain, and a cache's Hadamard rotation, the
+/// queries rotated alike and the output rotated back), then the rest of the
+/// block.
 fn cpu_block_in_parts(
     block: &CpuBlock<'_>,
     x: &Array,
@@ -399,6 +400,10 @@ fn cpu_block_in_parts(
         matches!(attend.keys, KvStore::Turbo(_)),
         matches!(attend.values, KvStore::Turbo(_)),
     );
+    let q = attend
+        .rotation
+        .keys_side(&q.reshape(&[1, hq, d])?)?
+        .reshape(&[1, 1, hq * d])?;
     let q = if turbo_keys {
         rotate(&q.reshape(&[1, hq, d])?)?.reshape(&[1, 1, hq * d])?
     } else {
@@ -419,6 +424,10 @@ fn cpu_block_in_parts(
     } else {
         out
     };
+    let out = attend
+        .rotation
+        .values_side(&out.reshape(&[1, hq, d])?)?
+        .reshape(&[1, 1, hq * d])?;
     Ok(block.finish(x, &out)?)
 }
 

@@ -82,6 +82,7 @@ mod tests {
             values: KvStore::encode(&x, values).unwrap(),
             mask: KeyMask::All,
             queries,
+            rotation: crate::cache::Rotation::NONE,
         }
     }
 

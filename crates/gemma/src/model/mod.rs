@@ -7,7 +7,7 @@ mod layer;
 
 use mlx_core::{Array, Dtype};
 
-use crate::cache::{CacheError, CacheFormat, KvCache, LayerCache, RotatingKvCache};
+use crate::cache::{CacheError, KvCache, LayerCache, LayerFormats, RotatingKvCache};
 use crate::config::Gemma3Config;
 use crate::linear::Linear;
 use crate::quant::GgufDtype;
@@ -48,13 +48,19 @@ pub struct Gemma3 {
 
 impl Gemma3 {
     /// One cache per layer: rotating (window-sized) for sliding layers, plain
-    /// for global ones, all storing keys and values in `format`.
-    pub fn make_caches(&self, format: CacheFormat) -> Result<Vec<LayerCache>, ModelError> {
+    /// for global ones, each storing keys and values in the format `formats`
+    /// gives its layer.
+    pub fn make_caches(
+        &self,
+        formats: impl Into<LayerFormats>,
+    ) -> Result<Vec<LayerCache>, ModelError> {
+        let formats = formats.into();
         let dim = self.config.head_dim as i32;
-        format.keys.validate(dim)?;
-        format.values.validate(dim)?;
-        (0..self.config.num_hidden_layers)
+        let layers = self.config.num_hidden_layers;
+        (0..layers)
             .map(|i| {
+                let format = formats.of(i, layers)?;
+                format.validate(dim)?;
                 Ok(if self.config.is_sliding(i) {
                     LayerCache::Rotating(RotatingKvCache::new(
                         self.config.sliding_window as i32,

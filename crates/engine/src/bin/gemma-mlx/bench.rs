@@ -155,6 +155,7 @@ fn caches(engine: &Engine, case: &Case) -> Result<Vec<LayerCache>> {
     let quantized = model.make_caches(CacheFormat {
         keys: quantized_format,
         values: quantized_format,
+        ..CacheFormat::COMPUTE
     })?;
     Ok(plain
         .into_iter()

@@ -156,7 +156,7 @@ fn load_with(model: &ModelArgs, path: Option<&PathBuf>, quiet: bool) -> Result<E
 fn greedy_options(engine: &Engine, spec: &KvSpec, max_tokens: usize) -> Result<GenerateOptions> {
     Ok(GenerateOptions {
         max_tokens,
-        cache_format: spec.cache_format()?,
+        cache_formats: spec.layer_formats(&engine.loaded.model.config)?,
         kv_start: spec.start,
         kv_queries: spec.queries,
         decode: default_decode(&engine.loaded.model)?,
@@ -318,7 +318,9 @@ pub fn kld_report(
     let chunk_list = chunks(&tokens, &settings)?;
     let reference = Side {
         model: &ref_engine.loaded.model,
-        format: job.reference.cache_format()?,
+        formats: job
+            .reference
+            .layer_formats(&ref_engine.loaded.model.config)?,
         start: job.reference.start,
         queries: job.reference.queries,
     };
@@ -328,7 +330,7 @@ pub fn kld_report(
         .map(|s| {
             Ok(Side {
                 model: &cand_model.loaded.model,
-                format: s.cache_format()?,
+                formats: s.layer_formats(&cand_model.loaded.model.config)?,
                 start: s.start,
                 queries: s.queries,
             })
@@ -383,7 +385,7 @@ pub fn kld_report(
         }
         candidates.push(CandidateReport::new(
             spec.text.clone(),
-            spec.canonical(dtype),
+            spec.canonical_on(dtype, &cand_model.loaded.model.config)?,
             stats,
             Some(result.candidate_cache_bytes[i]),
             trajectories[i].clone(),
@@ -413,7 +415,9 @@ pub fn kld_report(
             dtype: dtype.name().to_string(),
             products: ref_engine.products(),
             reference_spec: job.reference.text.clone(),
-            reference_canonical: job.reference.canonical(dtype),
+            reference_canonical: job
+                .reference
+                .canonical_on(dtype, &ref_engine.loaded.model.config)?,
         },
         candidates,
     })
@@ -456,19 +460,20 @@ pub fn trajectory_report(
         &prompt_list,
         max_tokens,
     )?;
+    let config = &engine.loaded.model.config;
     let candidates = specs
         .iter()
         .zip(agreements)
         .map(|(spec, a)| {
-            CandidateReport::new(
+            Ok(CandidateReport::new(
                 spec.text.clone(),
-                spec.canonical(dtype),
+                spec.canonical_on(dtype, config)?,
                 None,
                 None,
                 Some(a),
-            )
+            ))
         })
-        .collect();
+        .collect::<Result<Vec<_>>>()?;
     Ok(KldReport {
         settings: KldSettingsReport {
             model: engine.loaded.name.clone(),
@@ -482,7 +487,7 @@ pub fn trajectory_report(
             dtype: dtype.name().to_string(),
             products: engine.products(),
             reference_spec: reference_spec.text.clone(),
-            reference_canonical: reference_spec.canonical(dtype),
+            reference_canonical: reference_spec.canonical_on(dtype, config)?,
         },
         candidates,
     })

@@ -142,7 +142,6 @@ pub fn options(sampling: &SamplingArgs, model: &ModelArgs) -> Result<GenerateOpt
         max_tokens: sampling.max_tokens,
         sampler,
         stop_strings: sampling.stop.clone(),
-        cache_format: spec.cache_format()?,
         kv_start: spec.start,
         kv_queries: spec.queries,
         prefill_chunk: sampling
@@ -157,6 +156,8 @@ pub fn options(sampling: &SamplingArgs, model: &ModelArgs) -> Result<GenerateOpt
 }
 
 /// Settles what `options` (from [`options`]) take from the loaded model:
+/// each layer's cache format (a spec's layer parts name layers by kind and
+/// count),
 /// the decoding mode unless `sampling` asked for one ([`default_decode`]),
 /// and XTC kept off the newline and end-of-sequence tokens, as mlx-lm's
 /// command line does (a model without tokenizer: its end-of-sequence ids).
@@ -165,6 +166,8 @@ pub fn fit_to_model(
     sampling: &SamplingArgs,
     engine: &Engine,
 ) -> Result<()> {
+    options.cache_formats = KvSpec::parse(sampling.kv.as_deref().unwrap_or(""))?
+        .layer_formats(&engine.loaded.model.config)?;
     if sampling.decode.is_none() {
         options.decode = default_decode(&engine.loaded.model)?;
     }
