@@ -10,7 +10,7 @@ use common::gpu::{floats, on_gpu};
 use common::models::random_model;
 use gemma::cache::turbo::{rotate, unrotate};
 use gemma::cache::{
-    Attend, CacheFormat, KeyMask, KvFormat, KvStore, LayerKv, QueryRounding, Rotation,
+    Attend, CacheFormat, KeyMask, KvFormat, KvStore, LayerFormats, LayerKv, QueryRounding, Rotation,
 };
 use gemma::config::Gemma3Config;
 use gemma::cuda::{
@@ -365,9 +365,9 @@ fn two_layers_of(size: &str) -> Gemma3 {
 }
 
 /// Logits of a 9-token prefill and 3 single-token steps over caches of
-/// `format`, eager or through the compiled fixed-shape step.
-fn logits(model: &Gemma3, compiled: bool, format: CacheFormat) -> Vec<f32> {
-    let mut caches = model.make_caches(format).unwrap();
+/// `formats`, eager or through the compiled fixed-shape step.
+fn logits(model: &Gemma3, compiled: bool, formats: impl Into<LayerFormats>) -> Vec<f32> {
+    let mut caches = model.make_caches(formats).unwrap();
     let prompt: Vec<i32> = (0..9).map(|i| 100 + 37 * i).collect();
     let mut out = floats(
         &model
@@ -458,6 +458,64 @@ fn the_compiled_decode_step_gives_the_same_logits_on_the_gpu() {
         }
     }
     for (gap, case) in gaps {
+        assert!(gap < 2e-2, "{case}: {gap}");
+    }
+}
+
+#[test]
+fn each_layer_keeps_its_policys_format_in_the_fused_kernel_and_rotation_is_exact() {
+    if !on_gpu() {
+        return;
+    }
+    let a = |bits| KvFormat::Quantized {
+        bits,
+        group_size: 32,
+    };
+    let t = |bits| KvFormat::Turbo { bits };
+    let per_layer = LayerFormats::PerLayer(vec![
+        CacheFormat {
+            keys: a(8),
+            values: t(4),
+            ..CacheFormat::COMPUTE
+        },
+        CacheFormat {
+            keys: t(3),
+            values: a(4),
+            ..CacheFormat::COMPUTE
+        },
+    ]);
+    let both = Rotation {
+        keys: true,
+        values: true,
+    };
+    let rotated = CacheFormat {
+        rotation: both,
+        ..CacheFormat::COMPUTE
+    };
+    let mut gaps = Vec::new();
+    for size in ["1b", "27b"] {
+        let mut model = two_layers_of(size);
+        let eager = logits(&model, false, per_layer.clone());
+        let float = logits(&model, false, CacheFormat::COMPUTE);
+        model.gpu_kernels = true;
+        let fused = logits(&model, true, per_layer.clone());
+        gaps.push((
+            relative_gap(&fused, &eager),
+            format!("{size}, per-layer, fused"),
+        ));
+        // A rotated float cache decodes eagerly (not reserved for the
+        // step), with and without our attention kernels.
+        for kernels in [false, true] {
+            model.gpu_kernels = kernels;
+            let r = logits(&model, false, rotated);
+            gaps.push((
+                relative_gap(&r, &float),
+                format!("{size}, rotated float, kernels {kernels}"),
+            ));
+        }
+    }
+    for (gap, case) in gaps {
+        eprintln!("{case}: largest logit gap {gap:.2e}");
         assert!(gap < 2e-2, "{case}: {gap}");
     }
 }
