@@ -342,10 +342,7 @@ fn each_layer_stores_the_format_its_policy_gives_it() {
     );
     assert_eq!(uniform, listed);
     let short = model.make_caches(LayerFormats::PerLayer(per_layer[..2].to_vec()));
-    let err = short
-        .err()
-        .expect("two formats for three layers")
-        .to_string();
+    let err = short.expect_err("two formats for three layers").to_string();
     assert!(
         err.contains("2 per-layer formats") && err.contains("3 layers"),
         "{err}"
