@@ -26,7 +26,10 @@ pub struct LlamaTree {
     pub build_time: &'static str,
 }
 
-/// Stock llama.cpp at 0c1e570, built for this CPU (`GGML_NATIVE=ON`).
+/// Stock llama.cpp at 0c1e570, built for this CPU (`GGML_NATIVE=ON`) but
+/// without AMX on x86-64: on a Xeon whose flags list AMX but whose system
+/// does not grant the tiles (a virtual machine), `llama-bench` built with
+/// them died of SIGILL in ggml's AMX kernel (`tilezero`).
 pub const STOCK: LlamaTree = LlamaTree {
     name: "llama.cpp 0c1e570",
     tarball: "llama.cpp-0c1e570.tar.xz",
@@ -124,7 +127,8 @@ fn build(
                 "-DLLAMA_BUILD_SERVER=OFF",
                 "-DLLAMA_CURL=OFF",
             ])
-            .args(tree.flags),
+            .args(tree.flags)
+            .args(without_amx(tree)),
     )?;
     let jobs = std::thread::available_parallelism().map_or(2, |n| n.get());
     command::run(
@@ -137,6 +141,19 @@ fn build(
         bail!("the {} build did not produce {missing}", tree.name);
     }
     Ok(bin)
+}
+
+/// Compiler flags that keep AMX out of a `GGML_NATIVE=ON` build on x86-64
+/// (explicit `-mno-…` flags win over those `-march=native` implies).
+fn without_amx(tree: &LlamaTree) -> Vec<String> {
+    if !cfg!(target_arch = "x86_64") || !tree.flags.contains(&"-DGGML_NATIVE=ON") {
+        return Vec::new();
+    }
+    let flags = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16";
+    vec![
+        format!("-DCMAKE_C_FLAGS={flags}"),
+        format!("-DCMAKE_CXX_FLAGS={flags}"),
+    ]
 }
 
 /// `cmake` from the PATH, else from PyPI's `cmake` wheel installed under `dir`.
@@ -152,4 +169,24 @@ fn cmake(dir: &Path) -> Result<PathBuf> {
         command::run(&mut pip).context("cmake is missing and pip could not install it")?;
     }
     Ok(binary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn native_builds_leave_amx_out_on_x86_64() {
+        let flags = without_amx(&STOCK);
+        if cfg!(target_arch = "x86_64") {
+            assert_eq!(flags.len(), 2);
+            assert!(flags
+                .iter()
+                .all(|f| f.contains("-mno-amx-tile -mno-amx-int8 -mno-amx-bf16")));
+        } else {
+            assert!(flags.is_empty());
+        }
+        // The fork is built for AVX2 by name, never natively.
+        assert!(without_amx(&FORK).is_empty());
+    }
 }

@@ -1,6 +1,6 @@
 //! llama.cpp beside ours on the CPU, on the default model's own GGUF file:
-//! built once from the source in `../shared/llamacpp/` (`GGML_NATIVE=ON`,
-//! about 9 minutes on 2 cores) under `target/llamacpp/`
+//! built once from the source in `../shared/llamacpp/` (`GGML_NATIVE=ON`
+//! without AMX, about 9 minutes on 2 cores) under `target/llamacpp/`
 //! ([`crate::llama_build`]), then `llama-bench`
 //! and `gemma-mlx generate` (native and dequantized weights) alternate,
 //! prompt 512 and 128 generated tokens as `llama-bench -p 512 -n 128`
@@ -44,6 +44,21 @@ pub struct LlamaComparison {
     pub threads: usize,
     /// llama.cpp first, then ours with native and with dequantized weights.
     pub engines: Vec<EngineFigures>,
+}
+
+/// What became of the comparison with llama.cpp: its figures, or why there
+/// are none (a failed build or run does not take the rest of the report
+/// with it).
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LlamaOutcome {
+    /// Both engines ran every round.
+    Measured(LlamaComparison),
+    /// The build or a run failed.
+    Failed {
+        /// The error, with its causes.
+        error: String,
+    },
 }
 
 /// Runs llama.cpp and ours, alternating, `rounds` times.

@@ -76,7 +76,7 @@ pub struct Measured {
     agreement: Vec<report::Agreement>,
     flatness: Option<serde_json::Value>,
     kld: Option<report::KldTiming>,
-    llama_cpp: Option<llamacpp::LlamaComparison>,
+    llama_cpp: Option<llamacpp::LlamaOutcome>,
 }
 
 /// Runs the benchmark and writes `target/bench/report.{md,json}`.
@@ -167,20 +167,8 @@ pub fn run(workspace: &Workspace, options: &BenchOptions) -> Result<()> {
     } else {
         None
     };
-    let llama_cpp = if options.llama_rounds > 0 {
-        let llama_bench =
-            llama_build::ensure_built(workspace, &llama_build::STOCK, &["llama-bench"])?
-                .join("llama-bench");
-        let model = workspace.model_root().join(crate::model::MODEL_FILE);
-        Some(llamacpp::compare(
-            &llama_bench,
-            &binary,
-            &model,
-            options.llama_rounds,
-        )?)
-    } else {
-        None
-    };
+    let llama_cpp =
+        (options.llama_rounds > 0).then(|| llama_outcome(workspace, &binary, options.llama_rounds));
 
     let measured = Measured {
         same_ours,
@@ -195,7 +183,31 @@ pub fn run(workspace: &Workspace, options: &BenchOptions) -> Result<()> {
         llama_cpp,
     };
     report::write(&out, &measured, started.elapsed().as_secs_f64())?;
-    chart(workspace, &reference.python, &out)
+    chart(workspace, &reference.python, &out)?;
+    if let Some(llamacpp::LlamaOutcome::Failed { error }) = &measured.llama_cpp {
+        bail!("the comparison with llama.cpp failed (the report has the rest): {error}");
+    }
+    Ok(())
+}
+
+/// Builds llama.cpp's `llama-bench` (once) and runs it beside `binary`
+/// `rounds` times; a failure is kept as the outcome, not returned, so that
+/// what the bench measured before is still written.
+fn llama_outcome(workspace: &Workspace, binary: &Path, rounds: usize) -> llamacpp::LlamaOutcome {
+    let measured = llama_build::ensure_built(workspace, &llama_build::STOCK, &["llama-bench"])
+        .and_then(|bin| {
+            let model = workspace.model_root().join(crate::model::MODEL_FILE);
+            llamacpp::compare(&bin.join("llama-bench"), binary, &model, rounds)
+        });
+    match measured {
+        Ok(comparison) => llamacpp::LlamaOutcome::Measured(comparison),
+        Err(e) => {
+            eprintln!("bench: the comparison with llama.cpp failed: {e:#}");
+            llamacpp::LlamaOutcome::Failed {
+                error: format!("{e:#}"),
+            }
+        }
+    }
 }
 
 /// Draws `chart.png` (generation tok/s against context, both engines) from

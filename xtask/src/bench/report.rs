@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
 use crate::bench::engines::RunOutput;
-use crate::bench::llamacpp::{LlamaComparison, GENERATED, PROMPT};
+use crate::bench::llamacpp::{LlamaComparison, LlamaOutcome, GENERATED, PROMPT};
 use crate::bench::plan::{case_name, Kv};
 use crate::bench::stats::{common_prefix, median, median_of, row, Figure, Row};
 use crate::bench::{Measured, CHART_CONTEXTS, CHART_TOKENS, PROMPT_CASES, SHIPPED_CASE};
@@ -243,8 +243,15 @@ pub fn write(out: &Path, m: &Measured, seconds: f64) -> Result<()> {
             kld.two_forwards_s / kld.one_pass_s
         );
     }
-    if let Some(llama) = &m.llama_cpp {
-        md.push_str(&llama_section(llama));
+    match &m.llama_cpp {
+        Some(LlamaOutcome::Measured(llama)) => md.push_str(&llama_section(llama)),
+        Some(LlamaOutcome::Failed { error }) => {
+            let _ = write!(
+                md,
+                "\n## llama.cpp, same GGUF file\n\nThe comparison failed: {error}\n"
+            );
+        }
+        None => {}
     }
     let chart: Vec<(usize, Option<f64>, Option<f64>)> = CHART_CONTEXTS
         .iter()
@@ -281,7 +288,7 @@ pub fn write(out: &Path, m: &Measured, seconds: f64) -> Result<()> {
 fn llama_section(l: &LlamaComparison) -> String {
     let mid = |values: &[f64]| median(values).unwrap_or(f64::NAN);
     let mut md = format!(
-        "\n## llama.cpp, same GGUF file\n\nllama.cpp {} built here with `GGML_NATIVE=ON`, \
+        "\n## llama.cpp, same GGUF file\n\nllama.cpp {} built here with `GGML_NATIVE=ON` (no AMX), \
          `llama-bench -p {PROMPT} -n {GENERATED} -t {}`, against `gemma-mlx generate \
          --synthetic-prompt {PROMPT} --max-tokens {GENERATED}`; medians of {} alternating \
          rounds, peak resident memory from GNU time.\n\n\
