@@ -1,6 +1,9 @@
 //! The llama.cpp trees vendored in `../shared/llamacpp/` (stock llama.cpp
 //! and its TurboQuant fork), each built once under `target/` for this CPU
-//! with cmake (Debian's, or PyPI's wheel when the machine has none).
+//! with cmake (Debian's, or PyPI's wheel when the machine has none). A
+//! clone without that folder takes stock llama.cpp from PyPI: the source
+//! distribution of llama-cpp-python 0.3.36 vendors llama.cpp at the same
+//! commit, 0c1e570.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -24,6 +27,18 @@ pub struct LlamaTree {
     pub flags: &'static [&'static str],
     /// How long its build takes on 2 cores, for the message.
     pub build_time: &'static str,
+    /// Where the same source is on PyPI, for a clone without `../shared`.
+    pub pypi: Option<PypiSource>,
+}
+
+/// A tree inside a source distribution on PyPI.
+pub struct PypiSource {
+    /// The file's address.
+    pub url: &'static str,
+    /// Its sha256.
+    pub sha256: &'static str,
+    /// The tree's folder inside the archive.
+    pub folder: &'static str,
 }
 
 /// Stock llama.cpp at 0c1e570, built for this CPU (`GGML_NATIVE=ON`) but
@@ -36,6 +51,13 @@ pub const STOCK: LlamaTree = LlamaTree {
     folder: "llamacpp",
     flags: &["-DGGML_NATIVE=ON"],
     build_time: "about 9 minutes",
+    pypi: Some(PypiSource {
+        url: "https://files.pythonhosted.org/packages/ec/e9/\
+              e7de2b0463ea3ffbf0ede6cb21b58c1258a8f6521aae45ca773a59fe7cf3/\
+              llama_cpp_python-0.3.36.tar.gz",
+        sha256: "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e",
+        folder: "llama_cpp_python-0.3.36/vendor/llama.cpp",
+    }),
 };
 
 /// The TurboQuant fork (TheTom/llama-cpp-turboquant at 69d8e4b), built for
@@ -56,6 +78,7 @@ pub const FORK: LlamaTree = LlamaTree {
         "-DLLAMA_OPENSSL=OFF",
     ],
     build_time: "about 8 minutes",
+    pypi: None,
 };
 
 /// ggml's base library (its reference quantizers among it), the oracle of
@@ -93,24 +116,11 @@ fn build(
     if targets.iter().all(|t| product(&bin, t).is_file()) {
         return Ok(bin);
     }
-    let tarball = workspace
-        .root()
-        .join("../shared/llamacpp")
-        .join(tree.tarball);
-    if !tarball.is_file() {
-        bail!("{}'s source {} is missing", tree.name, tarball.display());
-    }
     fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let cmake = cmake(&dir)?;
     if !source.is_dir() {
-        command::run(
-            Command::new("tar")
-                .arg("xJf")
-                .arg(&tarball)
-                .arg("-C")
-                .arg(&dir),
-        )?;
+        unpack(workspace, tree, &dir)?;
     }
+    let cmake = cmake(&dir)?;
     println!(
         "building {} of {} for this CPU (all its programs take {} on 2 cores)",
         targets.join(", "),
@@ -142,6 +152,68 @@ fn build(
     }
     Ok(bin)
 }
+
+/// Unpacks `tree`'s source into `dir` (as `dir/llama.cpp`): the tarball in
+/// `../shared/llamacpp/`, else the PyPI source distribution that holds it.
+fn unpack(workspace: &Workspace, tree: &LlamaTree, dir: &Path) -> Result<()> {
+    let tarball = workspace
+        .root()
+        .join("../shared/llamacpp")
+        .join(tree.tarball);
+    if tarball.is_file() {
+        return command::run(
+            Command::new("tar")
+                .arg("xJf")
+                .arg(&tarball)
+                .arg("-C")
+                .arg(dir),
+        );
+    }
+    let Some(pypi) = &tree.pypi else {
+        bail!(
+            "{}'s source {} is missing (it comes with the project's shared material only)",
+            tree.name,
+            tarball.display()
+        );
+    };
+    let archive = dir.join("source.tar.gz");
+    println!(
+        "{} is not in {}: taking it from PyPI ({})",
+        tree.name,
+        tarball.display(),
+        pypi.url
+    );
+    command::run(
+        Command::new(python::PYTHON)
+            .args(["-c", DOWNLOAD, pypi.url])
+            .arg(&archive)
+            .arg(pypi.sha256),
+    )
+    .context("cannot download llama.cpp's source from PyPI")?;
+    let strip = pypi.folder.split('/').count();
+    let target = dir.join("llama.cpp");
+    fs::create_dir_all(&target)?;
+    command::run(
+        Command::new("tar")
+            .arg("xzf")
+            .arg(&archive)
+            .arg("-C")
+            .arg(&target)
+            .arg(format!("--strip-components={strip}"))
+            .arg(pypi.folder),
+    )?;
+    fs::remove_file(&archive).with_context(|| format!("cannot remove {}", archive.display()))
+}
+
+/// Downloads `argv[1]` to `argv[2]` if its sha256 is `argv[3]`.
+const DOWNLOAD: &str = "import hashlib, sys, urllib.request
+url, out, want = sys.argv[1:]
+data = urllib.request.urlopen(url, timeout=600).read()
+got = hashlib.sha256(data).hexdigest()
+if got != want:
+    sys.exit(f'{url}: sha256 {got}, expected {want}')
+open(out, 'wb').write(data)
+";
 
 /// Compiler flags that keep AMX out of a `GGML_NATIVE=ON` build on x86-64
 /// (explicit `-mno-…` flags win over those `-march=native` implies).
