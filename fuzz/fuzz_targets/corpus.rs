@@ -6,9 +6,10 @@
 //! `<bos>` first, second half) and then the file. Invariants: bytes that are
 //! not UTF-8 are an error, never a panic; the ids are inside the vocabulary
 //! and decode to the text (see [`gemma_fuzz::model::check_round_trip`]);
-//! chunking gives `min(ids / ctx, chunks)` chunks of exactly `ctx` ids, cut
-//! from the ids in order, the first replaced by `<bos>` when asked, or an
-//! error when that is none or `ctx < 2`.
+//! chunking gives `min(stream / ctx, chunks)` chunks of exactly `ctx` ids,
+//! cut in order from the stream (the ids, after a `<bos>` when asked, as
+//! llama-perplexity reads a text), each chunk's first id replaced by `<bos>`
+//! when asked, or an error when that is none or `ctx < 2`.
 
 #![no_main]
 
@@ -41,12 +42,13 @@ fuzz_target!(
             second_half: flags & 2 == 2,
             two_forwards: false,
         };
-        let expected = if ctx < 2 { 0 } else { (ids.len() / ctx).min(most) };
+        let stream: Vec<u32> = settings.bos.iter().chain(&ids).copied().collect();
+        let expected = if ctx < 2 { 0 } else { (stream.len() / ctx).min(most) };
         match chunks(&ids, &settings) {
             Ok(list) => {
                 assert_eq!(list.len(), expected, "ctx {ctx}, {} ids", ids.len());
                 for (i, chunk) in list.iter().enumerate() {
-                    let source = &ids[i * ctx..(i + 1) * ctx];
+                    let source = &stream[i * ctx..(i + 1) * ctx];
                     assert_eq!(chunk.len(), ctx);
                     assert_eq!(chunk[1..], source[1..]);
                     let first = settings.bos.unwrap_or(source[0]);

@@ -13,9 +13,9 @@
 
 use gemma::chat_template::{ChatMessage, ChatTemplate, Role};
 use gemma::config::Gemma3Config;
-use gemma::tokenizer::Tokenizer;
 use gemma::gguf::{GgufFile, GgufTensorInfo};
 use gemma::quant::{dequantize, DequantError, GgufDtype};
+use gemma::tokenizer::Tokenizer;
 use gemma_fuzz::scratch;
 use libfuzzer_sys::fuzz_target;
 

@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use gemma::tokenizer::Tokenizer;
 use gemma::gguf::GgufFile;
+use gemma::tokenizer::Tokenizer;
 
 /// The default model's GGUF file: `$GEMMA_MLX_MODEL`, else
 /// `<workspace>/target/model/gemma-3-270m-q4_k_m.gguf` (what the tests use;

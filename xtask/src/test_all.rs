@@ -12,8 +12,8 @@ use crate::setup::{self, SetupOptions};
 use crate::workspace::Workspace;
 
 /// Sets up (with the model and the mlx-lm reference environment: the tests
-/// need them), then checks the bindings, formatting, lints and the API
-/// documentation (warnings are errors), then runs `cargo test` with `cargo_test_args`
+/// need them), then checks the bindings, formatting, lints (the fuzz
+/// targets' too) and the API documentation (warnings are errors), then runs `cargo test` with `cargo_test_args`
 /// appended, then every example of the engine. Stops at the first failing
 /// step and names it.
 pub fn run(workspace: &Workspace, backend: Backend, cargo_test_args: &[String]) -> Result<()> {
@@ -42,6 +42,37 @@ pub fn run(workspace: &Workspace, backend: Backend, cargo_test_args: &[String]) 
             "--workspace",
             "--all-targets",
             "--release",
+            "--",
+            "-D",
+            "warnings",
+        ]))
+    })?;
+    // The fuzz targets are a workspace of their own (built with nightly by
+    // `cargo xtask fuzz`); checking them here, on stable, keeps an API
+    // change in the crates from breaking them unseen.
+    step("cargo fmt and clippy (fuzz targets)", || {
+        let manifest = workspace.root().join("fuzz").join("Cargo.toml");
+        let manifest = manifest
+            .to_str()
+            .context("the fuzz manifest's path is not UTF-8")?;
+        command::run(&mut cargo(&[
+            "fmt",
+            "--manifest-path",
+            manifest,
+            "--",
+            "--check",
+        ]))?;
+        let target = workspace.root().join("target").join("fuzz-check");
+        let target = target
+            .to_str()
+            .context("the target folder's path is not UTF-8")?;
+        command::run(&mut cargo(&[
+            "clippy",
+            "--manifest-path",
+            manifest,
+            "--bins",
+            "--target-dir",
+            target,
             "--",
             "-D",
             "warnings",

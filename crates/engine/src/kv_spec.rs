@@ -250,7 +250,12 @@ impl LayerSpec {
     /// `ctk=…,ctv=…`, with `,group=…` when a side is MLX affine and
     /// `,rot=…` when a side is rotated.
     pub fn canonical(&self, compute: Dtype) -> String {
-        let group = if self.has_affine() {
+        self.canonical_with_group(compute, self.has_affine())
+    }
+
+    /// [`LayerSpec::canonical`], with `,group=…` also when `group` says so.
+    fn canonical_with_group(&self, compute: Dtype, group: bool) -> String {
+        let group = if group {
             format!(",group={}", self.group_size)
         } else {
             String::new()
@@ -411,11 +416,7 @@ impl KvSpec {
         for part in parts.map(str::trim) {
             spec.layers.push(parse_part(part).map_err(err)?);
         }
-        let affine_anywhere = spec.has_affine()
-            || spec.layers.iter().any(|p| {
-                p.keys.is_some_and(KvType::is_affine) || p.values.is_some_and(KvType::is_affine)
-            });
-        if base.group_size.is_some() && !affine_anywhere {
+        if base.group_size.is_some() && !spec.affine_anywhere() {
             let other = if spec.has_turbo() {
                 "TurboQuant encodes groups of 128 values"
             } else {
@@ -437,6 +438,14 @@ impl KvSpec {
     /// Whether keys or values are MLX affine.
     fn has_affine(&self) -> bool {
         self.keys.is_affine() || self.values.is_affine()
+    }
+
+    /// Whether a side of the base or of any part is MLX affine.
+    fn affine_anywhere(&self) -> bool {
+        self.has_affine()
+            || self.layers.iter().any(|p| {
+                p.keys.is_some_and(KvType::is_affine) || p.values.is_some_and(KvType::is_affine)
+            })
     }
 
     /// What changed about the meaning of the spec's type names (one line
@@ -461,7 +470,8 @@ impl KvSpec {
     /// (its sets, then the `ctk`, `ctv`, `group` it gives). Reports use
     /// [`KvSpec::canonical_on`], which names each layer's format.
     pub fn canonical(&self, compute: Dtype) -> String {
-        let mut text = self.base_canonical(compute);
+        let parts_take_group = self.affine_anywhere() && self.group_size != 64;
+        let mut text = self.base_canonical(compute, parts_take_group);
         for part in &self.layers {
             let sets: Vec<String> = part.sets.iter().map(ToString::to_string).collect();
             let mut settings = Vec::new();
@@ -491,7 +501,7 @@ impl KvSpec {
         compute: Dtype,
         config: &Gemma3Config,
     ) -> Result<String, KvSpecError> {
-        let mut text = self.base_canonical(compute);
+        let mut text = self.base_canonical(compute, false);
         let base = self.base_layer();
         for (first, last, layer) in runs(&self.layer_specs(config)?) {
             if layer == base {
@@ -503,10 +513,16 @@ impl KvSpec {
         Ok(text)
     }
 
-    fn base_canonical(&self, compute: Dtype) -> String {
+    /// The base's canonical form; its `group=` is written when the base is
+    /// MLX affine or `parts_take_group` (parts as written, where an affine
+    /// side without a group of its own takes the base's; the parts of
+    /// [`KvSpec::canonical_on`] name theirs).
+    fn base_canonical(&self, compute: Dtype, parts_take_group: bool) -> String {
+        let base = self.base_layer();
+        let group = base.has_affine() || parts_take_group;
         format!(
             "{},start={}{}",
-            self.base_layer().canonical(compute),
+            base.canonical_with_group(compute, group),
             self.start,
             match self.queries {
                 QueryRounding::Exact => "",
@@ -901,6 +917,57 @@ mod tests {
         // A group for the affine sides a part makes is fine.
         let affine = KvSpec::parse("ctk=turbo3,ctv=turbo3;global:ctk=mlx4,group=32").unwrap();
         assert_eq!(affine.layer_specs(&c).unwrap()[5].group_size, 32);
+    }
+
+    #[test]
+    fn the_bases_group_survives_canonical_forms_when_only_parts_are_affine() {
+        // Found by the kv_spec fuzz target: the base's group=32 was left
+        // out, so the parts' mlx sides came back with groups of 64.
+        let c = gemma_270m();
+        let spec = KvSpec::parse("group=32,;0-4:ctk=mlx5,ctv=q5_0;0-2:ctk=mlx5,ctv=mlx4").unwrap();
+        let layers = spec.layer_specs(&c).unwrap();
+        assert_eq!(layers[0].group_size, 32);
+        let each = |layers: &[LayerSpec]| -> Vec<String> {
+            layers.iter().map(|l| l.canonical(Dtype::Float32)).collect()
+        };
+        let written = spec.canonical(Dtype::Float32);
+        assert_eq!(
+            written,
+            "ctk=f32,ctv=f32,group=32,start=0;0-4:ctk=mlx5,ctv=q5_0;0-2:ctk=mlx5,ctv=mlx4"
+        );
+        let on_model = spec.canonical_on(Dtype::Float32, &c).unwrap();
+        assert_eq!(
+            on_model,
+            "ctk=f32,ctv=f32,start=0;0-2:ctk=mlx5,ctv=mlx4,group=32;\
+             3-4:ctk=mlx5,ctv=q5_0,group=32"
+        );
+        for text in [written, on_model] {
+            let again = KvSpec::parse(&text).unwrap();
+            assert_eq!(
+                each(&again.layer_specs(&c).unwrap()),
+                each(&layers),
+                "{text}"
+            );
+            assert_eq!(again.canonical(Dtype::Float32), text);
+        }
+        // A part that a later part undoes leaves no affine layer: the form
+        // on the model has no group to give.
+        let undone = KvSpec::parse("group=128;2:ctk=mlx2;2:ctk=bf16").unwrap();
+        let on_model = undone.canonical_on(Dtype::Float32, &c).unwrap();
+        assert_eq!(on_model, "ctk=f32,ctv=f32,start=0;2:ctk=bf16,ctv=f32");
+        assert_eq!(
+            KvSpec::parse(&on_model)
+                .unwrap()
+                .canonical_on(Dtype::Float32, &c)
+                .unwrap(),
+            on_model
+        );
+        // With the default group nothing is added.
+        let default = KvSpec::parse("ctk=q8_0;global:ctv=mlx4").unwrap();
+        assert_eq!(
+            default.canonical(Dtype::Float32),
+            "ctk=q8_0,ctv=f32,start=0;global:ctv=mlx4"
+        );
     }
 
     #[test]
