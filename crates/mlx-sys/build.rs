@@ -55,6 +55,7 @@ fn main() {
         .file(c_api.join("src/kernels.cpp"))
         .file(c_api.join("src/cpu_kernel.cpp"))
         .file(c_api.join("src/block_dot.cpp"))
+        .file(c_api.join("src/distributed.cpp"))
         .flag_if_supported("-Wno-unused-parameter")
         .compile("mlx_c");
 

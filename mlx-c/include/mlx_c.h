@@ -43,6 +43,8 @@ typedef struct mlx_stream_s* mlx_stream;
 typedef struct mlx_closure_s* mlx_closure;
 /** A compiled CUDA program (a cubin; see mlx_cuda_compile). */
 typedef struct mlx_cuda_binary_s* mlx_cuda_binary;
+/** A group of processes that compute together (MLX's distributed group). */
+typedef struct mlx_distributed_group_s* mlx_distributed_group;
 
 /* ---- enums ------------------------------------------------------------- */
 
@@ -183,6 +185,25 @@ void mlx_stream_free(mlx_stream s);
 int mlx_stream_get_device(mlx_device* out, mlx_stream s);
 /** Waits for all work queued on the stream (NULL: on every stream). */
 int mlx_synchronize(mlx_stream s);
+
+/* ---- distributed ------------------------------------------------------------ */
+
+/** The group of every process the launcher started, through `backend` ("any",
+ * "ring", "mpi", "nccl" or "jaccl"), configured from the environment MLX's
+ * launcher (`mlx.launch`) sets. Without one: a group of this process alone,
+ * or, when `strict`, an error. */
+int mlx_distributed_init(mlx_distributed_group* out, bool strict,
+                         const char* backend);
+void mlx_distributed_group_free(mlx_distributed_group g);
+/** This process's rank in the group (0 … size − 1). */
+int mlx_distributed_group_rank(int* out, mlx_distributed_group g);
+int mlx_distributed_group_size(int* out, mlx_distributed_group g);
+/** The sum of every rank's `x` (same shape and dtype on every rank). */
+int mlx_distributed_all_sum(mlx_array* out, mlx_array x,
+                            mlx_distributed_group g, mlx_stream s);
+/** Every rank's `x`, in rank order, joined along the first axis. */
+int mlx_distributed_all_gather(mlx_array* out, mlx_array x,
+                               mlx_distributed_group g, mlx_stream s);
 
 /* ---- memory ---------------------------------------------------------------- */
 

@@ -35,4 +35,14 @@ pub enum GenerateError {
     /// Bad input.
     #[error("{0}")]
     Input(String),
+    /// A rank of a distributed run failed (every rank then fails with it).
+    #[error("rank {rank} of {size} failed: {message}")]
+    Rank {
+        /// The failing rank.
+        rank: usize,
+        /// The number of ranks.
+        size: usize,
+        /// Its error.
+        message: String,
+    },
 }

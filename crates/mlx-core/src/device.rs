@@ -154,6 +154,11 @@ impl Stream {
         Ok(Stream { raw })
     }
 
+    /// The handle, for a C call.
+    pub(crate) fn raw(&self) -> sys::mlx_stream {
+        self.raw
+    }
+
     /// The device the stream runs on.
     pub fn device(&self) -> Result<Device> {
         let mut raw = ptr::null_mut();

@@ -10,6 +10,7 @@ pub mod block_dot;
 pub mod compile;
 pub mod cpu_kernel;
 pub mod device;
+pub mod distributed;
 mod dtype;
 mod error;
 pub mod fast;

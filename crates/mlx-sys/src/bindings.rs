@@ -42,6 +42,13 @@ pub struct mlx_cuda_binary_s {
 }
 #[doc = " A compiled CUDA program (a cubin; see mlx_cuda_compile)."]
 pub type mlx_cuda_binary = *mut mlx_cuda_binary_s;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct mlx_distributed_group_s {
+    _unused: [u8; 0],
+}
+#[doc = " A group of processes that compute together (MLX's distributed group)."]
+pub type mlx_distributed_group = *mut mlx_distributed_group_s;
 pub const MLX_BOOL: mlx_dtype = 0;
 pub const MLX_UINT8: mlx_dtype = 1;
 pub const MLX_UINT16: mlx_dtype = 2;
@@ -196,6 +203,48 @@ unsafe extern "C" {
 unsafe extern "C" {
     #[doc = " Waits for all work queued on the stream (NULL: on every stream)."]
     pub fn mlx_synchronize(s: mlx_stream) -> ::std::os::raw::c_int;
+}
+unsafe extern "C" {
+    #[doc = " The group of every process the launcher started, through `backend` (\"any\",\n \"ring\", \"mpi\", \"nccl\" or \"jaccl\"), configured from the environment MLX's\n launcher (`mlx.launch`) sets. Without one: a group of this process alone,\n or, when `strict`, an error."]
+    pub fn mlx_distributed_init(
+        out: *mut mlx_distributed_group,
+        strict: bool,
+        backend: *const ::std::os::raw::c_char,
+    ) -> ::std::os::raw::c_int;
+}
+unsafe extern "C" {
+    pub fn mlx_distributed_group_free(g: mlx_distributed_group);
+}
+unsafe extern "C" {
+    #[doc = " This process's rank in the group (0 … size − 1)."]
+    pub fn mlx_distributed_group_rank(
+        out: *mut ::std::os::raw::c_int,
+        g: mlx_distributed_group,
+    ) -> ::std::os::raw::c_int;
+}
+unsafe extern "C" {
+    pub fn mlx_distributed_group_size(
+        out: *mut ::std::os::raw::c_int,
+        g: mlx_distributed_group,
+    ) -> ::std::os::raw::c_int;
+}
+unsafe extern "C" {
+    #[doc = " The sum of every rank's `x` (same shape and dtype on every rank)."]
+    pub fn mlx_distributed_all_sum(
+        out: *mut mlx_array,
+        x: mlx_array,
+        g: mlx_distributed_group,
+        s: mlx_stream,
+    ) -> ::std::os::raw::c_int;
+}
+unsafe extern "C" {
+    #[doc = " Every rank's `x`, in rank order, joined along the first axis."]
+    pub fn mlx_distributed_all_gather(
+        out: *mut mlx_array,
+        x: mlx_array,
+        g: mlx_distributed_group,
+        s: mlx_stream,
+    ) -> ::std::os::raw::c_int;
 }
 unsafe extern "C" {
     pub fn mlx_memory_active(out: *mut usize) -> ::std::os::raw::c_int;

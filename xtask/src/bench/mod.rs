@@ -163,7 +163,12 @@ pub fn run(workspace: &Workspace, options: &BenchOptions) -> Result<()> {
         None
     };
     let kld = if options.kld_chunks > 0 {
-        Some(kld(workspace, &binary, options.kld_chunks)?)
+        let launcher = reference
+            .python
+            .parent()
+            .context("the reference interpreter has no folder")?
+            .join("mlx.launch");
+        Some(kld(workspace, &binary, options.kld_chunks, &launcher)?)
     } else {
         None
     };
@@ -365,32 +370,108 @@ fn flatness(ours: &Engine, out: &Path, tokens: &[u32]) -> Result<serde_json::Val
 }
 
 /// Times the KLD sweep of the four candidates with and without the
-/// two-forwards method.
-fn kld(workspace: &Workspace, binary: &Path, chunks: usize) -> Result<report::KldTiming> {
+/// two-forwards method, then spread over ranks: one process of one thread
+/// against two ranks of one thread each (ring backend, this machine),
+/// started by `launcher` (`mlx.launch`) and, apart, by this process with
+/// MLX's ring environment (`mlx.launch` 0.32.4 polls each rank's pipes
+/// without waiting, which takes a core of this machine's two).
+fn kld(
+    workspace: &Workspace,
+    binary: &Path,
+    chunks: usize,
+    launcher: &Path,
+) -> Result<report::KldTiming> {
     let corpus = corpus(workspace);
-    let mut seconds = [0.0; 2];
-    for (slot, two_forwards) in [(0, false), (1, true)] {
-        let mut run = Command::new(binary);
-        run.args(["kld", "--json", "--chunks", &chunks.to_string(), "--corpus"])
-            .arg(&corpus);
-        for candidate in KLD_CANDIDATES {
-            run.args(["--cand", candidate]);
-        }
-        if two_forwards {
-            run.arg("--two-forwards");
-        }
-        println!("$ {}", command::describe(&run));
-        let started = Instant::now();
-        command::stdout_of(&mut run)?;
-        if let Some(slot) = seconds.get_mut(slot) {
-            *slot = started.elapsed().as_secs_f64();
-        }
+    let mut args = vec!["kld".to_owned(), "--json".to_owned(), "--chunks".to_owned()];
+    args.push(chunks.to_string());
+    args.push("--corpus".to_owned());
+    args.push(corpus.display().to_string());
+    for candidate in KLD_CANDIDATES {
+        args.extend(["--cand".to_owned(), (*candidate).to_owned()]);
     }
-    let [one_pass_s, two_forwards_s] = seconds;
+    let timed = |run: &mut Command, world_size: u64| -> Result<f64> {
+        println!("$ {}", command::describe(run));
+        let started = Instant::now();
+        let stdout = command::stdout_of(run)?;
+        let seconds = started.elapsed().as_secs_f64();
+        let written = stdout
+            .lines()
+            .last()
+            .and_then(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .and_then(|report| report["settings"]["world_size"].as_u64());
+        if written != Some(world_size) {
+            bail!(
+                "`{}` wrote no report of {world_size} rank(s) (mlx.launch exits 0 when a rank fails)",
+                command::describe(run)
+            );
+        }
+        Ok(seconds)
+    };
+    let one_pass_s = timed(Command::new(binary).args(&args), 1)?;
+    let two_forwards_s = timed(Command::new(binary).args(&args).arg("--two-forwards"), 1)?;
+    let one_thread = [("RAYON_NUM_THREADS", "1"), ("OPENBLAS_NUM_THREADS", "1")];
+    let one_rank_s = timed(Command::new(binary).args(&args).envs(one_thread), 1)?;
+    let mut ranks = Command::new(launcher);
+    ranks.args(["-n", "2", "--backend", "ring"]);
+    for (name, value) in one_thread {
+        ranks.args(["--env", &format!("{name}={value}")]);
+    }
+    let two_ranks_s = timed(ranks.arg("--").arg(binary).args(&args), 2)?;
+    let two_ranks_direct_s = two_ranks_direct(binary, &args, &one_thread, &timed)?;
     Ok(report::KldTiming {
         candidates: KLD_CANDIDATES.iter().map(|c| (*c).to_owned()).collect(),
         chunks,
         one_pass_s,
         two_forwards_s,
+        one_rank_s,
+        two_ranks_s,
+        two_ranks_direct_s,
     })
+}
+
+/// Times `binary ARGS` on two ranks that this process starts with MLX's
+/// ring environment (a hostfile of two loopback ports, `MLX_RANK`), rank
+/// 1 in the background and rank 0 through `timed`.
+fn two_ranks_direct(
+    binary: &Path,
+    args: &[String],
+    env: &[(&str, &str)],
+    timed: &dyn Fn(&mut Command, u64) -> Result<f64>,
+) -> Result<f64> {
+    let ports = [free_port()?, free_port()?];
+    let hostfile = std::env::temp_dir().join(format!("gemma-mlx-ring-{}.json", std::process::id()));
+    let hosts: Vec<Vec<String>> = ports
+        .iter()
+        .map(|p| vec![format!("127.0.0.1:{p}")])
+        .collect();
+    fs::write(&hostfile, serde_json::to_string(&hosts)?)
+        .with_context(|| format!("cannot write {}", hostfile.display()))?;
+    let rank = |r: &str| {
+        let mut run = Command::new(binary);
+        run.args(args)
+            .envs(env.iter().copied())
+            .env("MLX_HOSTFILE", &hostfile)
+            .env("MLX_RANK", r);
+        run
+    };
+    let mut second = rank("1")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .context("cannot start rank 1")?;
+    let seconds = timed(&mut rank("0"), 2);
+    let status = second.wait().context("waiting for rank 1")?;
+    fs::remove_file(&hostfile).ok();
+    let seconds = seconds?;
+    if !status.success() {
+        bail!("rank 1 of the directly started sweep failed ({status})");
+    }
+    Ok(seconds)
+}
+
+/// A loopback port nobody listens on now.
+fn free_port() -> Result<u16> {
+    let listener =
+        std::net::TcpListener::bind("127.0.0.1:0").context("cannot find a free loopback port")?;
+    Ok(listener.local_addr()?.port())
 }

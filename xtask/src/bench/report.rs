@@ -35,6 +35,14 @@ pub struct KldTiming {
     pub one_pass_s: f64,
     /// The existing tool's method: the reference again for every candidate.
     pub two_forwards_s: f64,
+    /// One process of one thread (the 1-rank figure of the data-parallel
+    /// comparison).
+    pub one_rank_s: f64,
+    /// Two ranks of one thread each, started by `mlx.launch` (ring).
+    pub two_ranks_s: f64,
+    /// Two ranks of one thread each, started with MLX's ring environment
+    /// directly (no launcher polling beside them).
+    pub two_ranks_direct_s: f64,
 }
 
 /// Compares the first round's token ids case by case. Unquantized cases
@@ -241,6 +249,19 @@ pub fn write(out: &Path, m: &Measured, seconds: f64) -> Result<()> {
             kld.one_pass_s,
             kld.two_forwards_s,
             kld.two_forwards_s / kld.one_pass_s
+        );
+        let _ = writeln!(
+            md,
+            "\nSpread over ranks (ring backend, one thread a rank): {:.1} s on one rank; on \
+             two, {:.1} s started by `mlx.launch -n 2` ({:.2}× faster; the launcher polls \
+             without waiting) and {:.1} s started with MLX's ring environment directly \
+             ({:.2}×). Each process loads the model; one process of two threads: {:.1} s.",
+            kld.one_rank_s,
+            kld.two_ranks_s,
+            kld.one_rank_s / kld.two_ranks_s,
+            kld.two_ranks_direct_s,
+            kld.one_rank_s / kld.two_ranks_direct_s,
+            kld.one_pass_s
         );
     }
     match &m.llama_cpp {

@@ -1,7 +1,7 @@
 //! The report of a sweep: settings, and per candidate every statistic, the
 //! scores and the band.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::engine::ProductPath;
 use crate::kld::stats::{band, composite, KldStats};
@@ -22,8 +22,12 @@ pub struct KldSettingsReport {
     /// How the corpus was cut into chunks (absent for trajectories alone).
     #[serde(flatten)]
     pub chunking: Option<ChunkingReport>,
-    /// Seconds the sweep took.
+    /// Seconds the sweep took (the slowest rank's share).
     pub seconds: f64,
+    /// Processes the sweep was spread over (1: this one alone).
+    pub world_size: usize,
+    /// What each rank ran, in rank order.
+    pub ranks: Vec<RankReport>,
     /// MLX's version.
     pub mlx_version: String,
     /// The device.
@@ -37,6 +41,22 @@ pub struct KldSettingsReport {
     pub reference_spec: String,
     /// Its canonical form.
     pub reference_canonical: String,
+}
+
+/// One rank's part of a sweep: a contiguous share of the chunks and of
+/// the prompts ([`crate::kld::ranks::share`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RankReport {
+    /// The rank.
+    pub rank: usize,
+    /// The device it computed on.
+    pub device: String,
+    /// Chunks it scored.
+    pub chunks: usize,
+    /// Trajectory prompts it decoded.
+    pub prompts: usize,
+    /// Seconds its share took.
+    pub seconds: f64,
 }
 
 /// How a KLD sweep cut and ran its corpus.

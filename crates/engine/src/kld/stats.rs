@@ -1,10 +1,10 @@
 //! Statistics of per-position comparisons, as llama.cpp's `--kl-divergence`
 //! reports them, and the scores of the existing evaluation tool.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Per-position measurements of one candidate against the reference.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct PositionSamples {
     /// KL(reference ‖ candidate) in nats.
     pub kld: Vec<f64>,
@@ -29,6 +29,16 @@ impl PositionSamples {
         } else {
             self.non_finite += 1;
         }
+    }
+
+    /// Appends `later`'s positions after this one's (the positions of the
+    /// chunks that come after).
+    pub fn extend(&mut self, later: PositionSamples) {
+        self.kld.extend(later.kld);
+        self.same_top.extend(later.same_top);
+        self.logp_ref.extend(later.logp_ref);
+        self.logp_cand.extend(later.logp_cand);
+        self.non_finite += later.non_finite;
     }
 }
 

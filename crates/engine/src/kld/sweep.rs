@@ -8,7 +8,7 @@ use gemma::cache::{LayerFormats, QueryRounding};
 use gemma::linear::gguf::MIN_INPUTS_FOR_MATMUL;
 use gemma::model::Gemma3;
 use mlx_core::{memory, Array};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::GenerateError;
 use crate::kld::compare::{compare_into, Reference};
@@ -44,7 +44,7 @@ pub struct Side<'a> {
 }
 
 /// The samples of every candidate, and what it took.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SweepResult {
     /// Per-candidate samples, in order.
     pub samples: Vec<PositionSamples>,
@@ -63,7 +63,7 @@ pub struct SweepResult {
 /// MLX's active memory read after each chunk, when the chunk's caches and
 /// logits are gone: what stays is the weights and whatever leaks, so a long
 /// sweep's figures show whether memory stays flat.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ActiveMemory {
     /// Bytes after the first chunk.
     pub after_first_chunk: usize,
@@ -81,6 +81,39 @@ impl ActiveMemory {
         }
         self.after_last_chunk = bytes;
         self.most = self.most.max(bytes);
+    }
+}
+
+impl SweepResult {
+    /// The result of consecutive shares of a sweep's chunks, given in
+    /// chunk order: the samples joined in that order, the counts summed,
+    /// the cache sizes and memory readings the largest any share saw (a
+    /// share without chunks saw none).
+    pub fn merge(shares: Vec<SweepResult>) -> Option<SweepResult> {
+        let mut shares = shares.into_iter();
+        let mut merged = shares.next()?;
+        for share in shares {
+            for (all, more) in merged.samples.iter_mut().zip(share.samples) {
+                all.extend(more);
+            }
+            merged.chunks += share.chunks;
+            merged.forwards += share.forwards;
+            merged.reference_cache_bytes = merged
+                .reference_cache_bytes
+                .max(share.reference_cache_bytes);
+            for (all, more) in merged
+                .candidate_cache_bytes
+                .iter_mut()
+                .zip(share.candidate_cache_bytes)
+            {
+                *all = (*all).max(more);
+            }
+            let (a, b) = (&mut merged.active_memory, share.active_memory);
+            a.after_first_chunk = a.after_first_chunk.max(b.after_first_chunk);
+            a.after_last_chunk = a.after_last_chunk.max(b.after_last_chunk);
+            a.most = a.most.max(b.most);
+        }
+        Some(merged)
     }
 }
 
@@ -226,7 +259,55 @@ pub fn sweep(
 
 #[cfg(test)]
 mod tests {
-    use super::{logits_from, ActiveMemory};
+    use super::{logits_from, ActiveMemory, SweepResult};
+    use crate::kld::stats::PositionSamples;
+
+    fn samples(kld: &[f64], non_finite: usize) -> PositionSamples {
+        PositionSamples {
+            kld: kld.to_vec(),
+            same_top: kld.iter().map(|&k| k < 0.5).collect(),
+            logp_ref: kld.iter().map(|k| -k).collect(),
+            logp_cand: kld.iter().map(|k| -2.0 * k).collect(),
+            non_finite,
+        }
+    }
+
+    fn share(klds: [&[f64]; 2], chunks: usize, memory: [usize; 3]) -> SweepResult {
+        SweepResult {
+            samples: vec![samples(klds[0], chunks), samples(klds[1], 0)],
+            chunks,
+            forwards: 3 * chunks,
+            reference_cache_bytes: 100,
+            candidate_cache_bytes: vec![40 * chunks.min(1), 20 * chunks.min(1)],
+            active_memory: ActiveMemory {
+                after_first_chunk: memory[0],
+                after_last_chunk: memory[1],
+                most: memory[2],
+            },
+        }
+    }
+
+    #[test]
+    fn shares_merge_in_chunk_order_with_counts_summed() {
+        let first = share([&[0.1, 0.2], &[0.9]], 2, [10, 12, 15]);
+        let empty = share([&[], &[]], 0, [0, 0, 0]);
+        let last = share([&[0.3], &[0.7, 0.8]], 1, [11, 11, 11]);
+        let merged = SweepResult::merge(vec![first, empty, last]).unwrap();
+        assert_eq!(merged.samples[0], samples(&[0.1, 0.2, 0.3], 3));
+        assert_eq!(merged.samples[1], samples(&[0.9, 0.7, 0.8], 0));
+        assert_eq!((merged.chunks, merged.forwards), (3, 9));
+        assert_eq!(merged.reference_cache_bytes, 100);
+        assert_eq!(merged.candidate_cache_bytes, [40, 20]);
+        assert_eq!(
+            merged.active_memory,
+            ActiveMemory {
+                after_first_chunk: 11,
+                after_last_chunk: 12,
+                most: 15,
+            }
+        );
+        assert!(SweepResult::merge(Vec::new()).is_none());
+    }
 
     #[test]
     fn the_head_takes_the_scored_rows_and_never_fewer_than_a_matmul_takes() {

@@ -39,7 +39,7 @@ pub fn parse_prompts(text: &str, file: &str) -> Result<Vec<TrajectoryPrompt>, Ge
 }
 
 /// How one prompt's candidate trajectory compares with the reference's.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct PromptAgreement {
     /// Tokens the reference generated.
     pub reference_tokens: usize,

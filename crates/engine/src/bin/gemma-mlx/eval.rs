@@ -5,11 +5,12 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use engine::kld::ranks::Ranks;
 use engine::kld::report::{
-    chunk_convention, CandidateReport, ChunkingReport, KldReport, KldSettingsReport,
+    chunk_convention, CandidateReport, ChunkingReport, KldReport, KldSettingsReport, RankReport,
 };
 use engine::kld::stats::KldStats;
-use engine::kld::sweep::{chunks, sweep, ChunkSettings, Side};
+use engine::kld::sweep::{chunks, sweep, ChunkSettings, Side, SweepResult};
 use engine::kld::trajectory::{
     agreement, greedy_ids, parse_prompts, PromptAgreement, TrajectoryPrompt,
 };
@@ -17,6 +18,7 @@ use engine::options::default_decode;
 use engine::{Engine, GenerateOptions, KvSpec};
 use indicatif::{ProgressBar, ProgressStyle};
 use mlx_core::device;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::model_args::ModelArgs;
@@ -244,7 +246,8 @@ pub struct KldJob<'a> {
     pub quiet: bool,
 }
 
-/// Runs `kld`.
+/// Runs `kld`, alone or as one rank of a run that `mlx.launch` started
+/// (rank 0 writes the report).
 pub fn kld(args: KldArgs) -> Result<()> {
     let (reference, mut candidates) = args.specs.parse()?;
     if args.self_test {
@@ -257,12 +260,8 @@ pub fn kld(args: KldArgs) -> Result<()> {
         }
         candidates.push(reference.clone());
     }
-    let quiet = args.report.json;
-    let ref_engine = load_with(&args.model, args.ref_model.as_ref(), quiet)?;
-    let cand_engine = match &args.cand_model {
-        Some(path) => Some(load_with(&args.model, Some(path), quiet)?),
-        None => None,
-    };
+    let ranks = Ranks::join()?;
+    let quiet = args.report.json || ranks.rank() != 0;
     let job = KldJob {
         corpus: &args.corpus,
         reference,
@@ -276,7 +275,22 @@ pub fn kld(args: KldArgs) -> Result<()> {
         max_tokens: args.max_tokens,
         quiet,
     };
-    let report = kld_report(&ref_engine, cand_engine.as_ref(), &job)?;
+    let local = (|| -> Result<_> {
+        let ref_engine = load_with(&args.model, args.ref_model.as_ref(), quiet)?;
+        let cand_engine = match &args.cand_model {
+            Some(path) => Some(load_with(&args.model, Some(path), quiet)?),
+            None => None,
+        };
+        let input = KldInput::read(&ref_engine, &job)?;
+        let share = kld_share(&ref_engine, cand_engine.as_ref(), &job, &input, &ranks)?;
+        Ok((ref_engine, cand_engine, input, share))
+    })();
+    let shares = ranks.gather(local.as_ref().map(|l| &l.3).map_err(|e| format!("{e:#}")))?;
+    let (ref_engine, cand_engine, input, _) = local?;
+    if ranks.rank() != 0 {
+        return Ok(());
+    }
+    let report = kld_assemble(&ref_engine, cand_engine.as_ref(), &job, &input, shares)?;
     finish(&report, &args.report)?;
     if args.self_test {
         let c = &report.candidates[0];
@@ -294,28 +308,88 @@ pub fn kld(args: KldArgs) -> Result<()> {
     Ok(())
 }
 
+/// What every rank of a KLD job reads alike before its share: the corpus,
+/// its chunks and the trajectory prompts.
+pub struct KldInput {
+    corpus: Vec<u8>,
+    settings: ChunkSettings,
+    chunks: Vec<Vec<u32>>,
+    prompts: Option<Vec<TrajectoryPrompt>>,
+}
+
+impl KldInput {
+    /// Reads and cuts `job`'s corpus with `ref_engine`'s tokenizer, and
+    /// reads its prompts.
+    pub fn read(ref_engine: &Engine, job: &KldJob<'_>) -> Result<KldInput> {
+        let corpus = std::fs::read(job.corpus)
+            .with_context(|| format!("reading {}", job.corpus.display()))?;
+        let text = std::str::from_utf8(&corpus)
+            .with_context(|| format!("{} is not UTF-8 text", job.corpus.display()))?;
+        let tokenizer = ref_engine.tokenizer()?;
+        let tokens = tokenizer.encode_plain(text)?;
+        let settings = ChunkSettings {
+            ctx: job.ctx,
+            chunks: job.chunks,
+            bos: job.bos.then(|| tokenizer.bos_id()),
+            second_half: job.second_half,
+            two_forwards: job.two_forwards,
+        };
+        let chunks = chunks(&tokens, &settings)?;
+        let prompts = job.prompts.map(read_prompts).transpose()?;
+        Ok(KldInput {
+            corpus,
+            settings,
+            chunks,
+            prompts,
+        })
+    }
+}
+
+/// One rank's part of a job: the sweep over its chunks and the trajectory
+/// agreements of its prompts (per candidate), as it sends them to rank 0.
+#[derive(Serialize, Deserialize)]
+pub struct Share {
+    sweep: Option<SweepResult>,
+    trajectories: Option<Vec<Vec<PromptAgreement>>>,
+    rank: RankReport,
+}
+
+impl Share {
+    /// The shares' trajectory agreements joined in rank order, per
+    /// candidate (`None` when no prompts were given).
+    fn trajectories(shares: &mut [Share], candidates: usize) -> Option<Vec<Vec<PromptAgreement>>> {
+        let mut joined = vec![Vec::new(); candidates];
+        for share in shares.iter_mut() {
+            for (all, more) in joined.iter_mut().zip(share.trajectories.take()?) {
+                all.extend(more);
+            }
+        }
+        Some(joined)
+    }
+}
+
 /// The KLD report of `job` on loaded engines (the candidates on
-/// `cand_engine` when given, else on `ref_engine`).
+/// `cand_engine` when given, else on `ref_engine`), in this process alone.
 pub fn kld_report(
     ref_engine: &Engine,
     cand_engine: Option<&Engine>,
     job: &KldJob<'_>,
 ) -> Result<KldReport> {
+    let input = KldInput::read(ref_engine, job)?;
+    let share = kld_share(ref_engine, cand_engine, job, &input, &Ranks::alone())?;
+    kld_assemble(ref_engine, cand_engine, job, &input, vec![share])
+}
+
+/// This rank's share of `job`: its chunks through the reference and every
+/// candidate, then its prompts' trajectories.
+fn kld_share(
+    ref_engine: &Engine,
+    cand_engine: Option<&Engine>,
+    job: &KldJob<'_>,
+    input: &KldInput,
+    ranks: &Ranks,
+) -> Result<Share> {
     let cand_model = cand_engine.unwrap_or(ref_engine);
-    let corpus =
-        std::fs::read(job.corpus).with_context(|| format!("reading {}", job.corpus.display()))?;
-    let text = String::from_utf8(corpus.clone())
-        .with_context(|| format!("{} is not UTF-8 text", job.corpus.display()))?;
-    let tokenizer = ref_engine.tokenizer()?;
-    let tokens = tokenizer.encode_plain(&text)?;
-    let settings = ChunkSettings {
-        ctx: job.ctx,
-        chunks: job.chunks,
-        bos: job.bos.then(|| tokenizer.bos_id()),
-        second_half: job.second_half,
-        two_forwards: job.two_forwards,
-    };
-    let chunk_list = chunks(&tokens, &settings)?;
     let reference = Side {
         model: &ref_engine.loaded.model,
         formats: job
@@ -336,6 +410,7 @@ pub fn kld_report(
             })
         })
         .collect::<Result<Vec<_>>>()?;
+    let chunk_list = &input.chunks[ranks.share(input.chunks.len())];
     let bar = if job.quiet {
         ProgressBar::hidden()
     } else {
@@ -346,33 +421,59 @@ pub fn kld_report(
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let start = Instant::now();
-    let result = sweep(
+    let sweep = sweep(
         &reference,
         &sides,
-        &chunk_list,
-        &settings,
+        chunk_list,
+        &input.settings,
         &mut |done, _| bar.set_position(done as u64),
     )?;
-    let seconds = start.elapsed().as_secs_f64();
     bar.finish_and_clear();
-
-    let trajectories = match job.prompts {
-        Some(path) => {
-            let prompts = read_prompts(path)?;
-            trajectory_agreements(
+    let seconds = start.elapsed().as_secs_f64();
+    let (trajectories, prompts) = match &input.prompts {
+        Some(all) => {
+            let prompts = &all[ranks.share(all.len())];
+            let agreements = trajectory_agreements(
                 (ref_engine, &job.reference),
                 cand_model,
                 &job.candidates,
-                &prompts,
+                prompts,
                 job.max_tokens,
-            )?
-            .into_iter()
-            .map(Some)
-            .collect()
+            )?;
+            (Some(agreements), prompts.len())
         }
+        None => (None, 0),
+    };
+    Ok(Share {
+        rank: RankReport {
+            rank: ranks.rank(),
+            device: device::default_device()?.name().to_string(),
+            chunks: sweep.chunks,
+            prompts,
+            seconds,
+        },
+        sweep: Some(sweep),
+        trajectories,
+    })
+}
+
+/// The report of `job` from every rank's share, in rank order.
+fn kld_assemble(
+    ref_engine: &Engine,
+    cand_engine: Option<&Engine>,
+    job: &KldJob<'_>,
+    input: &KldInput,
+    mut shares: Vec<Share>,
+) -> Result<KldReport> {
+    let cand_model = cand_engine.unwrap_or(ref_engine);
+    let trajectories = match Share::trajectories(&mut shares, job.candidates.len()) {
+        Some(per_candidate) => per_candidate.into_iter().map(Some).collect(),
         None => vec![None; job.candidates.len()],
     };
-
+    let ranks: Vec<RankReport> = shares.iter().map(|s| s.rank.clone()).collect();
+    let seconds = ranks.iter().map(|r| r.seconds).fold(0.0, f64::max);
+    let result = SweepResult::merge(shares.into_iter().filter_map(|s| s.sweep).collect())
+        .context("no rank returned a sweep")?;
     let dtype = ref_engine.loaded.model.dtype;
     let mut candidates = Vec::new();
     for (i, spec) in job.candidates.iter().enumerate() {
@@ -396,7 +497,7 @@ pub fn kld_report(
             model: ref_engine.loaded.name.clone(),
             cand_model: cand_engine.map(|e| e.loaded.name.clone()),
             corpus: job.corpus.display().to_string(),
-            corpus_sha256: format!("{:x}", Sha256::digest(&corpus)),
+            corpus_sha256: format!("{:x}", Sha256::digest(&input.corpus)),
             chunking: Some(ChunkingReport {
                 ctx: job.ctx,
                 chunks: result.chunks,
@@ -410,6 +511,8 @@ pub fn kld_report(
                 active_memory_bytes: result.active_memory,
             }),
             seconds,
+            world_size: ranks.len(),
+            ranks,
             mlx_version: device::mlx_version(),
             device: device::default_device()?.name().to_string(),
             dtype: dtype.name().to_string(),
@@ -423,43 +526,85 @@ pub fn kld_report(
     })
 }
 
-/// Runs `trajectory`.
+/// Runs `trajectory`, alone or as one rank of a run that `mlx.launch`
+/// started (rank 0 writes the report).
 pub fn trajectory(args: TrajectoryArgs) -> Result<()> {
     let (reference, candidates) = args.specs.parse()?;
     if candidates.is_empty() {
         bail!("no candidates: give --cand SPEC (repeatable)");
     }
-    let engine = args.model.load(args.report.json)?;
-    let report = trajectory_report(
-        &engine,
-        (&reference, &candidates),
-        &args.prompts,
-        args.max_tokens,
-    )?;
+    let ranks = Ranks::join()?;
+    let quiet = args.report.json || ranks.rank() != 0;
+    let specs = (&reference, candidates.as_slice());
+    let local = (|| -> Result<_> {
+        let engine = args.model.load(quiet)?;
+        let prompts = read_prompts(&args.prompts)?;
+        let share = trajectory_share(&engine, specs, &prompts, args.max_tokens, &ranks)?;
+        Ok((engine, share))
+    })();
+    let shares = ranks.gather(local.as_ref().map(|l| &l.1).map_err(|e| format!("{e:#}")))?;
+    let (engine, _) = local?;
+    if ranks.rank() != 0 {
+        return Ok(());
+    }
+    let report = trajectory_assemble(&engine, specs, &args.prompts, shares)?;
     finish(&report, &args.report)
 }
 
 /// How the greedy trajectories of the prompts in the file `prompts` under
-/// each candidate spec agree with the reference's, on a loaded engine.
+/// each candidate spec agree with the reference's, on a loaded engine, in
+/// this process alone.
 pub fn trajectory_report(
     engine: &Engine,
-    (reference_spec, specs): (&KvSpec, &[KvSpec]),
+    specs: (&KvSpec, &[KvSpec]),
     prompts: &Path,
     max_tokens: usize,
 ) -> Result<KldReport> {
-    if specs.is_empty() {
+    if specs.1.is_empty() {
         bail!("no candidates: give --cand SPEC (repeatable)");
     }
     let prompt_list = read_prompts(prompts)?;
-    let dtype = engine.loaded.model.dtype;
+    let share = trajectory_share(engine, specs, &prompt_list, max_tokens, &Ranks::alone())?;
+    trajectory_assemble(engine, specs, prompts, vec![share])
+}
+
+/// This rank's share of the prompts, decoded under the reference and every
+/// candidate.
+fn trajectory_share(
+    engine: &Engine,
+    (reference_spec, specs): (&KvSpec, &[KvSpec]),
+    prompts: &[TrajectoryPrompt],
+    max_tokens: usize,
+    ranks: &Ranks,
+) -> Result<Share> {
+    let prompts = &prompts[ranks.share(prompts.len())];
     let start = Instant::now();
-    let agreements = trajectory_agreements(
-        (engine, reference_spec),
-        engine,
-        specs,
-        &prompt_list,
-        max_tokens,
-    )?;
+    let agreements =
+        trajectory_agreements((engine, reference_spec), engine, specs, prompts, max_tokens)?;
+    Ok(Share {
+        sweep: None,
+        trajectories: Some(agreements),
+        rank: RankReport {
+            rank: ranks.rank(),
+            device: device::default_device()?.name().to_string(),
+            chunks: 0,
+            prompts: prompts.len(),
+            seconds: start.elapsed().as_secs_f64(),
+        },
+    })
+}
+
+/// The trajectory report from every rank's share, in rank order.
+fn trajectory_assemble(
+    engine: &Engine,
+    (reference_spec, specs): (&KvSpec, &[KvSpec]),
+    prompts: &Path,
+    mut shares: Vec<Share>,
+) -> Result<KldReport> {
+    let agreements =
+        Share::trajectories(&mut shares, specs.len()).context("no rank returned trajectories")?;
+    let ranks: Vec<RankReport> = shares.iter().map(|s| s.rank.clone()).collect();
+    let dtype = engine.loaded.model.dtype;
     let config = &engine.loaded.model.config;
     let candidates = specs
         .iter()
@@ -481,7 +626,9 @@ pub fn trajectory_report(
             corpus: prompts.display().to_string(),
             corpus_sha256: format!("{:x}", Sha256::digest(std::fs::read(prompts)?)),
             chunking: None,
-            seconds: start.elapsed().as_secs_f64(),
+            seconds: ranks.iter().map(|r| r.seconds).fold(0.0, f64::max),
+            world_size: ranks.len(),
+            ranks,
             mlx_version: device::mlx_version(),
             device: device::default_device()?.name().to_string(),
             dtype: dtype.name().to_string(),
