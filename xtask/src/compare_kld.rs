@@ -65,13 +65,13 @@ pub struct CompareOptions {
 
 /// One engine's mean KLD of a spec.
 #[derive(Debug, Clone, Copy, Serialize)]
-struct Mean {
+pub(crate) struct Mean {
     /// Mean KL divergence from the f16 reference.
-    kld: f64,
+    pub kld: f64,
     /// Its standard error.
-    error: f64,
+    pub error: f64,
     /// Positions whose top token agrees with the reference's, %.
-    same_top_percent: f64,
+    pub same_top_percent: f64,
 }
 
 /// One spec's row.
@@ -276,14 +276,15 @@ impl Fork<'_> {
         if !output.status.success() {
             bail!("llama-perplexity -ctk {keys} -ctv {values} failed:\n{text}");
         }
-        parse_fork_mean(&text)
+        parse_perplexity_mean(&text)
             .with_context(|| format!("llama-perplexity -ctk {keys} -ctv {values}: {text}"))
     }
 }
 
 /// `Mean    KLD:   0.009213 ±   0.000123` and `Same top p: 93.412 ± 0.155 %`
-/// from llama-perplexity's KL divergence statistics.
-fn parse_fork_mean(text: &str) -> Result<Mean> {
+/// from llama-perplexity's KL divergence statistics (stock llama.cpp's and
+/// the fork's print them alike).
+pub(crate) fn parse_perplexity_mean(text: &str) -> Result<Mean> {
     let pair = |label: &str| -> Result<(f64, f64)> {
         let line = text
             .lines()
@@ -412,12 +413,12 @@ mod tests {
                     Mean    KLD:   0.009213 ±   0.000123\n\
                     Maximum KLD:   1.234567\n\
                     Same top p: 93.412 ± 0.155 %\n";
-        let m = parse_fork_mean(text).unwrap();
+        let m = parse_perplexity_mean(text).unwrap();
         assert_eq!(
             (m.kld, m.error, m.same_top_percent),
             (0.009213, 0.000123, 93.412)
         );
-        assert!(parse_fork_mean("Mean    KLD: nan").is_err());
+        assert!(parse_perplexity_mean("Mean    KLD: nan").is_err());
     }
 
     #[test]

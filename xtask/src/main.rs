@@ -113,7 +113,8 @@ enum Task {
         /// Also measure memory flatness over 4,000 decoded tokens (minutes).
         #[arg(long)]
         flatness: bool,
-        /// Chunks of the KLD sweep timing (0 skips it).
+        /// Chunks of the KLD sweep timing, and of the sweep beside
+        /// llama-perplexity in the llama.cpp rounds (0 skips both).
         #[arg(long, default_value_t = 2)]
         kld_chunks: usize,
         /// Rounds of the comparison with llama.cpp on the same GGUF file (0

@@ -13,6 +13,7 @@ use std::process::Command;
 use anyhow::{Context, Result};
 use serde::Serialize;
 
+use crate::bench::perplexity::{SweepComparison, SweepRuns};
 use crate::command;
 
 /// The vendored llama.cpp's commit.
@@ -44,6 +45,9 @@ pub struct LlamaComparison {
     pub threads: usize,
     /// llama.cpp first, then ours with native and with dequantized weights.
     pub engines: Vec<EngineFigures>,
+    /// Our KLD sweep beside llama-perplexity's, in the same rounds (absent
+    /// when the bench ran no sweep).
+    pub kld_sweep_vs_llama_perplexity: Option<SweepComparison>,
 }
 
 /// What became of the comparison with llama.cpp: its figures, or why there
@@ -61,14 +65,16 @@ pub enum LlamaOutcome {
     },
 }
 
-/// Runs llama.cpp and ours, alternating, `rounds` times.
+/// Runs llama.cpp and ours, alternating, `rounds` times; each round also
+/// runs a round of `sweep` when there is one.
 pub fn compare(
     llama_bench: &Path,
     gemma_mlx: &Path,
     model: &Path,
     rounds: usize,
+    mut sweep: Option<SweepRuns>,
 ) -> Result<LlamaComparison> {
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let threads = threads();
     let mut engines = vec![
         figures(format!("llama.cpp {COMMIT}, -t {threads}")),
         figures("gemma-mlx, --weights native".into()),
@@ -105,12 +111,21 @@ pub fn compare(
                 rss,
             );
         }
+        if let Some(sweep) = sweep.as_mut() {
+            sweep.round();
+        }
     }
     Ok(LlamaComparison {
         commit: COMMIT.into(),
         threads,
         engines,
+        kld_sweep_vs_llama_perplexity: sweep.map(SweepRuns::finish),
     })
+}
+
+/// Threads of every llama.cpp run: one a core.
+pub fn threads() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get())
 }
 
 fn figures(engine: String) -> EngineFigures {
@@ -153,7 +168,7 @@ fn timed(command: &mut Command) -> Result<(String, f64)> {
 }
 
 /// A scratch file name in the system's temporary folder.
-fn tempfile_path(stem: &str) -> PathBuf {
+pub(super) fn tempfile_path(stem: &str) -> PathBuf {
     std::env::temp_dir().join(format!("gemma-mlx-bench-{stem}-{}", std::process::id()))
 }
 

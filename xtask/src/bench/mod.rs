@@ -10,6 +10,7 @@
 
 mod engines;
 mod llamacpp;
+mod perplexity;
 mod plan;
 mod report;
 mod stats;
@@ -31,6 +32,7 @@ use crate::test_all::cargo;
 use crate::workspace::Workspace;
 
 use engines::{Engine, RunOutput};
+use perplexity::SweepRuns;
 use plan::{case_name, Case, Kv, Plan};
 
 /// What `bench` should do.
@@ -41,7 +43,8 @@ pub struct BenchOptions {
     pub shipped_rounds: usize,
     /// Measure memory flatness over 1,000 and 4,000 decoded tokens.
     pub flatness: bool,
-    /// Chunks of the KLD sweep (0 skips it).
+    /// Chunks of the KLD sweep, also of the sweep beside llama-perplexity
+    /// (0 skips both).
     pub kld_chunks: usize,
     /// Rounds of the comparison with llama.cpp (0 skips it and its build).
     pub llama_rounds: usize,
@@ -172,8 +175,8 @@ pub fn run(workspace: &Workspace, options: &BenchOptions) -> Result<()> {
     } else {
         None
     };
-    let llama_cpp =
-        (options.llama_rounds > 0).then(|| llama_outcome(workspace, &binary, options.llama_rounds));
+    let llama_cpp = (options.llama_rounds > 0)
+        .then(|| llama_outcome(workspace, &binary, options.llama_rounds, options.kld_chunks));
 
     let measured = Measured {
         same_ours,
@@ -198,11 +201,29 @@ pub fn run(workspace: &Workspace, options: &BenchOptions) -> Result<()> {
 /// Builds llama.cpp's `llama-bench` (once) and runs it beside `binary`
 /// `rounds` times; a failure is kept as the outcome, not returned, so that
 /// what the bench measured before is still written.
-fn llama_outcome(workspace: &Workspace, binary: &Path, rounds: usize) -> llamacpp::LlamaOutcome {
-    let measured = llama_build::ensure_built(workspace, &llama_build::STOCK, &["llama-bench"])
-        .and_then(|bin| {
+fn llama_outcome(
+    workspace: &Workspace,
+    binary: &Path,
+    rounds: usize,
+    sweep_chunks: usize,
+) -> llamacpp::LlamaOutcome {
+    let targets = ["llama-bench", "llama-perplexity"];
+    let measured =
+        llama_build::ensure_built(workspace, &llama_build::STOCK, &targets).and_then(|bin| {
             let model = workspace.model_root().join(crate::model::MODEL_FILE);
-            llamacpp::compare(&bin.join("llama-bench"), binary, &model, rounds)
+            let perplexity = bin.join("llama-perplexity");
+            let corpus = corpus(workspace);
+            let sweep = (sweep_chunks > 0).then(|| {
+                SweepRuns::new(
+                    &perplexity,
+                    binary,
+                    &model,
+                    &corpus,
+                    sweep_chunks,
+                    llamacpp::threads(),
+                )
+            });
+            llamacpp::compare(&bin.join("llama-bench"), binary, &model, rounds, sweep)
         });
     match measured {
         Ok(comparison) => llamacpp::LlamaOutcome::Measured(comparison),

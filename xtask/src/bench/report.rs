@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use crate::bench::engines::RunOutput;
 use crate::bench::llamacpp::{LlamaComparison, LlamaOutcome, GENERATED, PROMPT};
+use crate::bench::perplexity::SweepComparison;
 use crate::bench::plan::{case_name, Kv};
 use crate::bench::stats::{common_prefix, median, median_of, row, Figure, Row};
 use crate::bench::{Measured, CHART_CONTEXTS, CHART_TOKENS, PROMPT_CASES, SHIPPED_CASE};
@@ -335,6 +336,33 @@ fn llama_section(l: &LlamaComparison) -> String {
             p / bp,
             g / bg
         );
+    }
+    if let Some(sweep) = &l.kld_sweep_vs_llama_perplexity {
+        md.push_str(&sweep_line(sweep));
+    }
+    md
+}
+
+/// The KLD sweep beside llama-perplexity, in one paragraph.
+fn sweep_line(s: &SweepComparison) -> String {
+    let mut md = format!(
+        "\nKLD sweep, `{}` against an f16 cache, {} chunks of {} tokens, second halves scored \
+         (`gemma-mlx kld --second-half`; llama-perplexity's reference run with \
+         `--kl-divergence-base`, then its candidate run, each loading the model): ours {:.1} s, \
+         llama-perplexity {:.1} s: **{:.2}×** its speed (medians of {} rounds); mean KLD \
+         {:.6} and {:.6}.\n",
+        s.candidate,
+        s.chunks,
+        s.ctx,
+        s.ours_seconds,
+        s.llama_perplexity_seconds,
+        s.llama_perplexity_seconds / s.ours_seconds,
+        s.ours_rounds.len(),
+        s.ours_mean_kld,
+        s.llama_perplexity_mean_kld
+    );
+    if let Some(error) = &s.error {
+        let _ = writeln!(md, "\nThe sweep's rounds stopped: {error}");
     }
     md
 }
