@@ -4,12 +4,13 @@
 use mlx_core::{Array, Dtype, Function};
 
 use crate::error::GenerateError;
+use crate::kld::cpu_rows;
 use crate::kld::stats::PositionSamples;
 
 /// Log-probabilities `logits − logsumexp(logits)` over the last axis, in float32.
 pub fn log_softmax(logits: &Array) -> Result<Array, GenerateError> {
     let x = logits.astype(Dtype::Float32)?;
-    Ok(x.subtract(&x.logsumexp(&[-1], true)?)?)
+    Ok(x.subtract(&cpu_rows::logsumexp_rows(&x)?)?)
 }
 
 /// The reference side of a chunk, computed once and compared with every candidate.
@@ -18,8 +19,7 @@ pub struct Reference {
     /// Log-probabilities `[L, V]`.
     pub logprobs: Array,
     /// Probabilities `exp(logprobs)` `[L, V]`, computed once for every
-    /// candidate (MLX's CPU `exp` is a scalar loop: on the default model a
-    /// 512-token chunk's exponentials take longer than its forward pass).
+    /// candidate.
     pub probs: Array,
     /// Top token per position `[L]`.
     pub top: Array,
@@ -29,7 +29,7 @@ impl Reference {
     /// Prepares reference logits `[L, V]`.
     pub fn new(logits: &Array) -> Result<Reference, GenerateError> {
         let logprobs = log_softmax(logits)?;
-        let probs = logprobs.exp()?;
+        let probs = cpu_rows::exp(&logprobs)?;
         let top = logprobs.argmax(-1, false)?;
         mlx_core::eval(&[&logprobs, &probs, &top])?;
         Ok(Reference {
@@ -82,7 +82,7 @@ pub fn compare_into(
     let rows = |a: &Array| a.slice(&[first, 0], &[l - 1, v], &[1, 1]);
     let (p, lr) = (rows(&reference.probs)?, rows(&reference.logprobs)?);
     let z = rows(&candidate_logits.astype(Dtype::Float32)?)?;
-    let lse = z.logsumexp(&[-1], true)?;
+    let lse = cpu_rows::logsumexp_rows(&z)?;
     // KL(ref ‖ cand) = Σ p_ref (ln p_ref − ln p_cand), ln p_cand = z − lse
     let kld = kl_terms(&p, &lr, &z, &lse)?.sum(&[-1], false)?;
     let same = reference

@@ -2,6 +2,7 @@
 //! against a reference cache format, and greedy-trajectory agreement.
 
 pub mod compare;
+pub mod cpu_rows;
 pub mod ranks;
 pub mod report;
 pub mod stats;

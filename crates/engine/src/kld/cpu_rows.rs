@@ -1,0 +1,181 @@
+//! The comparison's exponentials on the CPU as operations of ours, on
+//! rayon's pool: each row's log-sum-exp and the elementwise `exp` of `[L, V]`
+//! float32 arrays. MLX evaluates its own on its stream thread alone, one
+//! vectorised `exp` of a single lane at a time (with `fmaf` as a library
+//! call): on the default model those took about a third of a KLD sweep's
+//! time while the other core waited. Elsewhere (the GPU, other dtypes) MLX's
+//! operations serve.
+
+use std::sync::Arc;
+
+use mlx_core::cpu_kernel::{cpu_kernel, floats, floats_mut, CpuKernelFn};
+use mlx_core::device::default_device;
+use mlx_core::{Array, Device, Dtype};
+use rayon::prelude::*;
+
+/// Values handed to one rayon task at least, for the elementwise `exp`.
+const MIN_VALUES_PER_TASK: usize = 16 * 1024;
+
+/// Whether operations now run on the CPU (MLX's default device).
+fn on_cpu() -> mlx_core::Result<bool> {
+    Ok(default_device()? == Device::Cpu)
+}
+
+/// `max + ln Σ exp(x − max)` of one row, the sum in float64; NaN where the
+/// row holds a NaN or `+∞`, `−∞` where every value is `−∞`.
+fn row_logsumexp(row: &[f32]) -> f32 {
+    let mut max = f32::NEG_INFINITY;
+    for &x in row {
+        if x.is_nan() {
+            return f32::NAN;
+        }
+        max = max.max(x);
+    }
+    if max == f32::INFINITY {
+        return f32::NAN;
+    }
+    if max == f32::NEG_INFINITY {
+        return max;
+    }
+    let sum: f64 = row.iter().map(|&x| f64::from((x - max).exp())).sum();
+    max + (sum.ln() as f32)
+}
+
+/// Each row's log-sum-exp `[R, 1]` of `x` `[R, V]` (keeping the reduced axis,
+/// as `x.logsumexp(&[-1], true)` does).
+pub fn logsumexp_rows(x: &Array) -> mlx_core::Result<Array> {
+    let shape = x.shape();
+    let [rows, width] = shape[..] else {
+        return x.logsumexp(&[-1], true);
+    };
+    if x.dtype() != Dtype::Float32 || width == 0 || !on_cpu()? {
+        return x.logsumexp(&[-1], true);
+    }
+    let width = width as usize;
+    let kernel: Arc<CpuKernelFn> = Arc::new(move |inputs, out| {
+        let [x] = inputs else {
+            return Err(format!(
+                "the row log-sum-exp takes 1 input, got {}",
+                inputs.len()
+            ));
+        };
+        let (x, out) = (floats(x)?, floats_mut(out)?);
+        if x.len() != out.len() * width {
+            return Err("the row log-sum-exp's input and output differ in rows".into());
+        }
+        out.par_iter_mut()
+            .zip(x.par_chunks(width))
+            .for_each(|(o, row)| *o = row_logsumexp(row));
+        Ok(())
+    });
+    cpu_kernel(&[x], &[rows, 1], Dtype::Float32, kernel)
+}
+
+/// `exp` of every value of `x`.
+pub fn exp(x: &Array) -> mlx_core::Result<Array> {
+    if x.dtype() != Dtype::Float32 || !on_cpu()? {
+        return x.exp();
+    }
+    let kernel: Arc<CpuKernelFn> = Arc::new(|inputs, out| {
+        let [x] = inputs else {
+            return Err(format!("exp takes 1 input, got {}", inputs.len()));
+        };
+        let (x, out) = (floats(x)?, floats_mut(out)?);
+        if x.len() != out.len() {
+            return Err("exp's input and output differ in size".into());
+        }
+        out.par_chunks_mut(MIN_VALUES_PER_TASK)
+            .zip(x.par_chunks(MIN_VALUES_PER_TASK))
+            .for_each(|(o, x)| {
+                for (o, &x) in o.iter_mut().zip(x) {
+                    *o = x.exp();
+                }
+            });
+        Ok(())
+    });
+    cpu_kernel(&[x], &x.shape(), Dtype::Float32, kernel)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rows of every kind: wide and narrow values, a row of equal values,
+    /// one with `−∞` entries, one all `−∞`, one with a NaN, one with `+∞`.
+    fn rows() -> (Vec<f32>, usize) {
+        let width = 1000;
+        let mut x: Vec<f32> = (0..width * 3)
+            .map(|i| ((i * 7919) % 2003) as f32 / 50.0 - 20.0)
+            .collect();
+        x.extend(std::iter::repeat_n(3.5, width));
+        let mut with_neg_inf: Vec<f32> = (0..width).map(|i| i as f32 / 100.0).collect();
+        with_neg_inf[..500].fill(f32::NEG_INFINITY);
+        x.extend(with_neg_inf);
+        x.extend(std::iter::repeat_n(f32::NEG_INFINITY, width));
+        let mut with_nan = vec![1.0f32; width];
+        with_nan[7] = f32::NAN;
+        x.extend(with_nan);
+        let mut with_inf = vec![1.0f32; width];
+        with_inf[9] = f32::INFINITY;
+        x.extend(with_inf);
+        (x, width)
+    }
+
+    #[test]
+    fn row_logsumexp_equals_a_float64_reference_and_mlx() {
+        let (x, width) = rows();
+        let n = x.len() / width;
+        let array = Array::from_slice(&x, &[n as i32, width as i32]).unwrap();
+        let ours = logsumexp_rows(&array).unwrap();
+        assert_eq!(ours.shape(), vec![n as i32, 1]);
+        let ours = ours.to_vec::<f32>().unwrap();
+        let mlx = array
+            .logsumexp(&[-1], true)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap();
+        for (r, row) in x.chunks(width).enumerate().take(5) {
+            let max = row
+                .iter()
+                .copied()
+                .fold(f64::NEG_INFINITY, |m, v| m.max(v as f64));
+            let exact = max
+                + row
+                    .iter()
+                    .map(|&v| (v as f64 - max).exp())
+                    .sum::<f64>()
+                    .ln();
+            assert!(
+                (ours[r] as f64 - exact).abs() <= 1e-6 * exact.abs().max(1.0),
+                "row {r}"
+            );
+            assert!(
+                (ours[r] - mlx[r]).abs() <= 4e-6 * mlx[r].abs().max(1.0),
+                "row {r}"
+            );
+        }
+        assert_eq!(ours[3], 3.5 + (width as f32).ln());
+        assert_eq!(ours[5], f32::NEG_INFINITY);
+        assert!(ours[6].is_nan() && ours[7].is_nan());
+    }
+
+    #[test]
+    fn exp_equals_the_exponential_of_each_value() {
+        let (x, width) = rows();
+        let n = (x.len() / width) as i32;
+        let array = Array::from_slice(&x, &[n, width as i32]).unwrap();
+        let ours = exp(&array).unwrap().to_vec::<f32>().unwrap();
+        let mlx = array.exp().unwrap().to_vec::<f32>().unwrap();
+        for ((&v, &o), &m) in x.iter().zip(&ours).zip(&mlx) {
+            let exact = (v as f64).exp();
+            if v.is_nan() {
+                assert!(o.is_nan());
+            } else if v.is_infinite() {
+                assert_eq!(o, m);
+            } else {
+                assert!((o as f64 - exact).abs() <= 2e-7 * exact, "exp({v}) = {o}");
+                assert!((o - m).abs() <= 1e-6 * m, "exp({v}): ours {o}, MLX {m}");
+            }
+        }
+    }
+}
