@@ -14,19 +14,17 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use serde::Serialize;
 
 use crate::command;
 use crate::llama_build::{self, FORK};
+use crate::llama_perplexity::{ours_means, Mean, Perplexity, CTX};
 use crate::mlx_build::Backend;
 use crate::model::MODEL_FILE;
 use crate::setup::{self, SetupOptions};
 use crate::test_all::cargo;
 use crate::workspace::Workspace;
-
-/// Tokens per chunk (llama-perplexity's `-c`).
-const CTX: usize = 512;
 
 /// The (keys, values) types compared by default: f16 itself (the fork's
 /// floor: llama-perplexity keeps the reference's log-probabilities as 16-bit
@@ -61,17 +59,6 @@ pub struct CompareOptions {
     /// weights quantize them to 8 bits, which turns any change of the
     /// attention output into a floor of about 0.0065 nats on this model).
     pub f32_weights: bool,
-}
-
-/// One engine's mean KLD of a spec.
-#[derive(Debug, Clone, Copy, Serialize)]
-pub(crate) struct Mean {
-    /// Mean KL divergence from the f16 reference.
-    pub kld: f64,
-    /// Its standard error.
-    pub error: f64,
-    /// Positions whose top token agrees with the reference's, %.
-    pub same_top_percent: f64,
 }
 
 /// One spec's row.
@@ -137,12 +124,11 @@ pub fn run(workspace: &Workspace, options: &CompareOptions) -> Result<()> {
     let corpus = workspace
         .root()
         .join("crates/gemma/tests/fixtures/text/essays.txt");
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let fork = Fork {
+    let fork = Perplexity {
         binary: &perplexity,
         model: &model,
         chunks: options.chunks,
-        threads,
+        threads: llama_build::threads(),
         base: out.join("base.kld"),
     };
     fork.write_base(&corpus)?;
@@ -150,7 +136,15 @@ pub fn run(workspace: &Workspace, options: &CompareOptions) -> Result<()> {
     for (k, v) in &specs {
         fork_means.push(fork.mean(k, v)?);
     }
-    let our_means = ours_means(&ours, &model, &corpus, options.chunks, &specs)?;
+    let candidates: Vec<String> = ["exact", "llama-cpu"]
+        .iter()
+        .flat_map(|attn| {
+            specs
+                .iter()
+                .map(move |(k, v)| format!("ctk={k},ctv={v},attn={attn}"))
+        })
+        .collect();
+    let our_means = ours_means(&ours, &model, &corpus, options.chunks, &candidates)?;
     let (exact, llama_queries) = our_means.split_at(specs.len());
     let rows: Vec<Row> = specs
         .iter()
@@ -220,140 +214,6 @@ fn specs(given: &[String]) -> Result<Vec<(String, String)>> {
         .collect()
 }
 
-/// The fork's `llama-perplexity` on one model and corpus.
-struct Fork<'a> {
-    binary: &'a Path,
-    model: &'a Path,
-    chunks: usize,
-    threads: usize,
-    base: PathBuf,
-}
-
-impl Fork<'_> {
-    /// `llama-perplexity` with the settings every run shares.
-    fn command(&self, keys: &str, values: &str) -> Command {
-        let mut c = Command::new(self.binary);
-        c.arg("-m")
-            .arg(self.model)
-            .args(["-c", &CTX.to_string(), "--chunks", &self.chunks.to_string()])
-            .args(["-t", &self.threads.to_string(), "-fa", "on"])
-            .args(["-ctk", keys, "-ctv", values])
-            .env("TURBO_LAYER_ADAPTIVE", "0");
-        c
-    }
-
-    /// The f16 reference's logits, saved for the candidates.
-    fn write_base(&self, corpus: &Path) -> Result<()> {
-        let mut c = self.command("f16", "f16");
-        c.arg("-f")
-            .arg(corpus)
-            .arg("--kl-divergence-base")
-            .arg(&self.base);
-        println!("$ {}", command::describe(&c));
-        let output = command::capture(&mut c)?;
-        if !output.status.success() {
-            bail!(
-                "llama-perplexity (reference) failed:\n{}",
-                String::from_utf8_lossy(&output.stderr)
-            );
-        }
-        Ok(())
-    }
-
-    /// The mean KLD of keys and values in these types.
-    fn mean(&self, keys: &str, values: &str) -> Result<Mean> {
-        let mut c = self.command(keys, values);
-        c.arg("--kl-divergence-base")
-            .arg(&self.base)
-            .arg("--kl-divergence");
-        println!("$ {}", command::describe(&c));
-        let output = command::capture(&mut c)?;
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-        if !output.status.success() {
-            bail!("llama-perplexity -ctk {keys} -ctv {values} failed:\n{text}");
-        }
-        parse_perplexity_mean(&text)
-            .with_context(|| format!("llama-perplexity -ctk {keys} -ctv {values}: {text}"))
-    }
-}
-
-/// `Mean    KLD:   0.009213 ±   0.000123` and `Same top p: 93.412 ± 0.155 %`
-/// from llama-perplexity's KL divergence statistics (stock llama.cpp's and
-/// the fork's print them alike).
-pub(crate) fn parse_perplexity_mean(text: &str) -> Result<Mean> {
-    let pair = |label: &str| -> Result<(f64, f64)> {
-        let line = text
-            .lines()
-            .find(|l| l.trim_start().starts_with(label))
-            .with_context(|| format!("no '{label}' line"))?;
-        let numbers: Vec<f64> = line[line.find(':').map_or(0, |i| i + 1)..]
-            .split(|c: char| c.is_whitespace() || c == '±' || c == '%')
-            .filter_map(|w| w.parse().ok())
-            .collect();
-        match numbers[..] {
-            [value, error, ..] => Ok((value, error)),
-            _ => bail!("'{line}' holds no value ± error"),
-        }
-    };
-    let (kld, error) = pair("Mean    KLD:")?;
-    let (same_top_percent, _) = pair("Same top p:")?;
-    Ok(Mean {
-        kld,
-        error,
-        same_top_percent,
-    })
-}
-
-/// Our mean KLD of every spec, from one sweep: each spec as it is, then
-/// each with `attn=llama-cpu`.
-fn ours_means(
-    binary: &Path,
-    model: &Path,
-    corpus: &Path,
-    chunks: usize,
-    specs: &[(String, String)],
-) -> Result<Vec<Mean>> {
-    let mut c = Command::new(binary);
-    c.arg("kld")
-        .arg("--model")
-        .arg(model)
-        .arg("--corpus")
-        .arg(corpus)
-        .args(["--ctx", &CTX.to_string(), "--chunks", &chunks.to_string()])
-        .args(["--second-half", "--ref", "ctk=f16,ctv=f16", "--json"]);
-    for attn in ["exact", "llama-cpu"] {
-        for (k, v) in specs {
-            c.args(["--cand", &format!("ctk={k},ctv={v},attn={attn}")]);
-        }
-    }
-    println!("$ {}", command::describe(&c));
-    let stdout = command::stdout_of(&mut c)?;
-    let report: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap_or(""))
-        .context("gemma-mlx kld printed no JSON")?;
-    let candidates = report["candidates"]
-        .as_array()
-        .context("gemma-mlx kld's report has no candidates")?;
-    candidates
-        .iter()
-        .map(|c| {
-            let field = |name: &str| {
-                c[name]
-                    .as_f64()
-                    .with_context(|| format!("candidate {} lacks {name}", c["spec"]))
-            };
-            Ok(Mean {
-                kld: field("mean_kld")?,
-                error: field("mean_kld_error")?,
-                same_top_percent: field("same_top_percent")?,
-            })
-        })
-        .collect()
-}
-
 /// The CPU's model name from /proc/cpuinfo.
 fn cpu_name() -> String {
     fs::read_to_string("/proc/cpuinfo")
@@ -406,20 +266,6 @@ fn markdown(r: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_forks_kld_statistics_are_read() {
-        let text = "====== KL divergence statistics ======\n\
-                    Mean    KLD:   0.009213 ±   0.000123\n\
-                    Maximum KLD:   1.234567\n\
-                    Same top p: 93.412 ± 0.155 %\n";
-        let m = parse_perplexity_mean(text).unwrap();
-        assert_eq!(
-            (m.kld, m.error, m.same_top_percent),
-            (0.009213, 0.000123, 93.412)
-        );
-        assert!(parse_perplexity_mean("Mean    KLD: nan").is_err());
-    }
 
     #[test]
     fn specs_are_keys_slash_values() {

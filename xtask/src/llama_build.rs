@@ -15,6 +15,11 @@ use crate::command;
 use crate::python;
 use crate::workspace::Workspace;
 
+/// Threads of every llama.cpp run here: one a core.
+pub fn threads() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get())
+}
+
 /// A vendored tree and how it is built here.
 pub struct LlamaTree {
     /// What it is, for messages.

@@ -26,6 +26,7 @@ mod examples;
 mod fuzz;
 mod ldd;
 mod llama_build;
+mod llama_perplexity;
 mod mlx_build;
 mod mlx_lm_env;
 mod model;

@@ -7,14 +7,16 @@
 //! measures them, each process's peak resident memory taken by GNU time.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use anyhow::{Context, Result};
 use serde::Serialize;
 
 use crate::bench::perplexity::{SweepComparison, SweepRuns};
+use crate::bench::scratch::scratch_path;
 use crate::command;
+use crate::llama_build;
 
 /// The vendored llama.cpp's commit.
 const COMMIT: &str = "0c1e570";
@@ -74,7 +76,7 @@ pub fn compare(
     rounds: usize,
     mut sweep: Option<SweepRuns>,
 ) -> Result<LlamaComparison> {
-    let threads = threads();
+    let threads = llama_build::threads();
     let mut engines = vec![
         figures(format!("llama.cpp {COMMIT}, -t {threads}")),
         figures("gemma-mlx, --weights native".into()),
@@ -123,11 +125,6 @@ pub fn compare(
     })
 }
 
-/// Threads of every llama.cpp run: one a core.
-pub fn threads() -> usize {
-    std::thread::available_parallelism().map_or(2, |n| n.get())
-}
-
 fn figures(engine: String) -> EngineFigures {
     EngineFigures {
         engine,
@@ -150,7 +147,7 @@ fn timed(command: &mut Command) -> Result<(String, f64)> {
     if !time.is_file() {
         return Ok((command::stdout_of(command)?, f64::NAN));
     }
-    let report = tempfile_path("rss");
+    let report = scratch_path("rss");
     let mut wrapped = Command::new(time);
     wrapped
         .arg("-o")
@@ -165,11 +162,6 @@ fn timed(command: &mut Command) -> Result<(String, f64)> {
         .unwrap_or(f64::NAN);
     let _ = fs::remove_file(&report);
     Ok((stdout, kib / 1024.0))
-}
-
-/// A scratch file name in the system's temporary folder.
-pub(super) fn tempfile_path(stem: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("gemma-mlx-bench-{stem}-{}", std::process::id()))
 }
 
 /// Prompt and generation tokens per second from `llama-bench -o json`: the

@@ -13,6 +13,7 @@ mod llamacpp;
 mod perplexity;
 mod plan;
 mod report;
+mod scratch;
 mod stats;
 
 use std::fs;
@@ -25,6 +26,7 @@ use serde::Serialize;
 
 use crate::command;
 use crate::llama_build;
+use crate::llama_perplexity::Perplexity;
 use crate::mlx_build::Backend;
 use crate::mlx_lm_env::{self, Flavor};
 use crate::setup::{self, SetupOptions};
@@ -214,14 +216,14 @@ fn llama_outcome(
             let perplexity = bin.join("llama-perplexity");
             let corpus = corpus(workspace);
             let sweep = (sweep_chunks > 0).then(|| {
-                SweepRuns::new(
-                    &perplexity,
-                    binary,
-                    &model,
-                    &corpus,
-                    sweep_chunks,
-                    llamacpp::threads(),
-                )
+                let runs = Perplexity {
+                    binary: &perplexity,
+                    model: &model,
+                    chunks: sweep_chunks,
+                    threads: llama_build::threads(),
+                    base: scratch::scratch_path("kld-base"),
+                };
+                SweepRuns::new(runs, binary, &corpus)
             });
             llamacpp::compare(&bin.join("llama-bench"), binary, &model, rounds, sweep)
         });
@@ -460,7 +462,7 @@ fn two_ranks_direct(
     timed: &dyn Fn(&mut Command, u64) -> Result<f64>,
 ) -> Result<f64> {
     let ports = [free_port()?, free_port()?];
-    let hostfile = std::env::temp_dir().join(format!("gemma-mlx-ring-{}.json", std::process::id()));
+    let hostfile = scratch::scratch_path("ring.json");
     let hosts: Vec<Vec<String>> = ports
         .iter()
         .map(|p| vec![format!("127.0.0.1:{p}")])

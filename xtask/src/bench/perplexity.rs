@@ -6,22 +6,17 @@
 //! scores them. Both are timed from start to exit, model loading included.
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Instant;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use serde::Serialize;
 
-use crate::bench::llamacpp::tempfile_path;
 use crate::bench::stats::median;
-use crate::command;
-use crate::compare_kld::parse_perplexity_mean;
+use crate::llama_perplexity::{ours_means, Perplexity, CTX};
 
 /// The candidate's key and value types (llama.cpp's names; ours mean the
 /// same blocks).
 const CANDIDATE: (&str, &str) = ("q8_0", "q8_0");
-/// Tokens per chunk.
-const CTX: usize = 512;
 
 /// The sweep's figures over the rounds.
 #[derive(Clone, Debug, Serialize)]
@@ -53,12 +48,9 @@ pub struct SweepComparison {
 
 /// What both sweeps run on, and what the rounds measured so far.
 pub struct SweepRuns<'a> {
-    llama_perplexity: &'a Path,
+    perplexity: Perplexity<'a>,
     gemma_mlx: &'a Path,
-    model: &'a Path,
     corpus: &'a Path,
-    chunks: usize,
-    threads: usize,
     ours: Vec<f64>,
     theirs: Vec<f64>,
     ours_kld: f64,
@@ -67,24 +59,13 @@ pub struct SweepRuns<'a> {
 }
 
 impl<'a> SweepRuns<'a> {
-    /// No rounds yet: llama.cpp's `llama-perplexity` with `threads` threads
-    /// (ours uses every core, its default) and our `gemma-mlx` on `chunks`
-    /// chunks of `corpus`.
-    pub fn new(
-        llama_perplexity: &'a Path,
-        gemma_mlx: &'a Path,
-        model: &'a Path,
-        corpus: &'a Path,
-        chunks: usize,
-        threads: usize,
-    ) -> Self {
+    /// No rounds yet: `perplexity`'s chunks of `corpus`, and our `gemma-mlx`
+    /// on the same model and chunks (on every core, its default).
+    pub fn new(perplexity: Perplexity<'a>, gemma_mlx: &'a Path, corpus: &'a Path) -> Self {
         SweepRuns {
-            llama_perplexity,
+            perplexity,
             gemma_mlx,
-            model,
             corpus,
-            chunks,
-            threads,
             ours: Vec::new(),
             theirs: Vec::new(),
             ours_kld: f64::NAN,
@@ -107,45 +88,27 @@ impl<'a> SweepRuns<'a> {
 
     /// Runs llama-perplexity's two runs, then ours.
     fn measure(&mut self) -> Result<()> {
-        let base = tempfile_path("kld-base");
+        let p = &self.perplexity;
         let started = Instant::now();
-        let mut reference = self.perplexity("f16", "f16");
-        reference.arg("--kl-divergence-base").arg(&base);
-        output_checked(&mut reference, "reference")?;
-        let mut candidate_run = self.perplexity(CANDIDATE.0, CANDIDATE.1);
-        candidate_run
-            .arg("--kl-divergence-base")
-            .arg(&base)
-            .arg("--kl-divergence");
-        let text = output_checked(&mut candidate_run, "candidate")?;
+        p.write_base(self.corpus)?;
+        let theirs = p.mean(CANDIDATE.0, CANDIDATE.1)?;
         self.theirs.push(started.elapsed().as_secs_f64());
-        std::fs::remove_file(&base).ok();
-        self.their_kld = parse_perplexity_mean(&text)
-            .context("llama-perplexity's candidate run printed no mean KLD")?
-            .kld;
+        std::fs::remove_file(&p.base).ok();
+        self.their_kld = theirs.kld;
 
-        let mut ours = Command::new(self.gemma_mlx);
-        ours.arg("kld")
-            .arg("--model")
-            .arg(self.model)
-            .arg("--corpus")
-            .arg(self.corpus)
-            .args([
-                "--ctx",
-                &CTX.to_string(),
-                "--chunks",
-                &self.chunks.to_string(),
-            ])
-            .args(["--second-half", "--ref", "ctk=f16,ctv=f16", "--json"])
-            .args(["--cand", &candidate()]);
         let started = Instant::now();
-        let stdout = command::stdout_of(&mut ours)?;
+        let ours = ours_means(
+            self.gemma_mlx,
+            p.model,
+            self.corpus,
+            p.chunks,
+            &[candidate()],
+        )?;
         self.ours.push(started.elapsed().as_secs_f64());
-        let report: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap_or(""))
-            .context("gemma-mlx kld printed no JSON report")?;
-        self.ours_kld = report["candidates"][0]["mean_kld"]
-            .as_f64()
-            .context("gemma-mlx kld's report has no mean KLD")?;
+        self.ours_kld = ours
+            .first()
+            .context("gemma-mlx kld's report has no candidate")?
+            .kld;
         Ok(())
     }
 
@@ -154,7 +117,7 @@ impl<'a> SweepRuns<'a> {
         let mid = |values: &[f64]| median(values).unwrap_or(f64::NAN);
         SweepComparison {
             candidate: candidate(),
-            chunks: self.chunks,
+            chunks: self.perplexity.chunks,
             ctx: CTX,
             ours_seconds: mid(&self.ours),
             llama_perplexity_seconds: mid(&self.theirs),
@@ -165,41 +128,9 @@ impl<'a> SweepRuns<'a> {
             error: self.error,
         }
     }
-
-    /// llama-perplexity over the corpus with a cache of these types.
-    fn perplexity(&self, keys: &str, values: &str) -> Command {
-        let mut c = Command::new(self.llama_perplexity);
-        c.arg("-m")
-            .arg(self.model)
-            .arg("-f")
-            .arg(self.corpus)
-            .args(["-c", &CTX.to_string(), "--chunks", &self.chunks.to_string()])
-            .args(["-t", &self.threads.to_string(), "-fa", "on"])
-            .args(["-ctk", keys, "-ctv", values]);
-        c
-    }
 }
 
 /// `ctk=…,ctv=…` of the candidate.
 fn candidate() -> String {
     format!("ctk={},ctv={}", CANDIDATE.0, CANDIDATE.1)
-}
-
-/// Runs a llama-perplexity command: its stdout and stderr together, or an
-/// error naming `which` run failed, with what it printed.
-fn output_checked(run: &mut Command, which: &str) -> Result<String> {
-    println!("$ {}", command::describe(run));
-    let output = command::capture(run)?;
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    if !output.status.success() {
-        bail!(
-            "llama-perplexity's {which} run failed ({}):\n{text}",
-            output.status
-        );
-    }
-    Ok(text)
 }
