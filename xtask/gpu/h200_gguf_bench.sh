@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Side by side on the GPU machine, on the same GGUF files (llama-quantize's
 # Q4_K_M or Q8_0 of random-weight Gemma 3 shapes, see
-# ../../../shared/llamacpp): gemma-mlx with the blocks as stored (its
-# default), gemma-mlx with them dequantized to bfloat16, and llama.cpp's
+# ../../../shared/llamacpp): gemma-mlx with the blocks as stored
+# (`--weights native`), gemma-mlx with them dequantized to bfloat16, and llama.cpp's
 # llama-bench, alternating for ROUNDS rounds (default 2). Ours: prompt and
 # decode tokens per second for a PROMPT-token synthetic prompt and GEN
 # generated tokens, peak GPU memory, and the process's start to its first
@@ -49,9 +49,9 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 for file in "$@"; do
     name=$(basename "$file")
     echo "== $name ($(du -h "$file" | cut -f1)): warm-up (our kernels compile unless cached)"
-    echo "ours first run        $name: $(ours "$file")"
+    echo "ours first run        $name: $(ours "$file" --weights native)"
     for round in $(seq "${ROUNDS:-2}"); do
-        echo "ours as stored        $name round $round: $(ours "$file")"
+        echo "ours as stored        $name round $round: $(ours "$file" --weights native)"
         echo "ours dequantized      $name round $round: $(ours "$file" --weights dequantized)"
         echo "llama.cpp decode      $name round $round: $(llama "$file" -p 0 -n "$gen" -d "$prompt")"
         echo "llama.cpp prompt      $name round $round: $(llama "$file" -p "$prompt" -n 0)"

@@ -17,7 +17,8 @@ pub use decode_layer::{
 };
 pub use greedy::GreedyPick;
 pub use weight_rows::{
-    dequantize_rows, gguf_dequantize, gguf_row, reads_blocks, rows_gemv, WeightRows,
+    dequantize_rows, gguf_dequantize, gguf_row, reads_blocks, rows_gemv, weight_rows_source,
+    WeightRows,
 };
 
 use mlx_core::fast::{rms_norm, rope, RopeOffset};

@@ -1,10 +1,12 @@
 //! Weight rows as the GPU kernels read them, in any of the formats a model
 //! holds its projections in: dense floats of the compute dtype, ggml's
 //! blocks as a GGUF file stores them, or MLX's affine quantization. The
-//! CUDA device functions here give a lane 8 consecutive values of a row as
-//! small integers with their group's scale and offset (decoded in
-//! registers, never written out), and [`WeightRows`] is one projection part
-//! as a kernel's inputs and template arguments.
+//! CUDA device functions here decode a lane's share of a row in registers
+//! (never written out): 32 values at a time for K-quants and MLX affine
+//! rows, 8 for the 32-value block types. [`WeightRows`] is one projection
+//! part as a kernel's inputs and template arguments. Test `gpu_rows_host`
+//! compiles the device functions for the host and checks every format
+//! against the crate's dequantizer, on machines without a GPU too.
 //!
 //! Formats (the kernels' `WF` template arguments): 0 dense floats of `T`;
 //! 1 Q4_0, 2 Q5_0, 3 Q8_0, 4 Q4_K, 5 Q5_K, 6 Q6_K (ggml's blocks, values
@@ -311,6 +313,13 @@ fn gguf_rows(g: &GgufMatrix) -> mlx_core::Result<WeightRows<'_>> {
     })
 }
 
+/// The CUDA device functions that read weight rows (the kernels'
+/// `gemma_wdot_lane`, `gemma_w8` and `gemma_w32`), for tests that compile
+/// them for the host with stand-ins for CUDA's intrinsics.
+pub fn weight_rows_source() -> &'static str {
+    HEADER
+}
+
 /// [`rows_gemv`]'s body: the activations into shared memory, then a warp
 /// per row.
 const GEMV: &str = r#"
@@ -338,7 +347,7 @@ const DEQUANTIZE: &str = r#"
   constexpr bool OFFSET = WF == 4 || WF == 5 || WF == 7;
   #pragma unroll
   for (int k = 0; k < 8; ++k) {
-    const float scaled = __fmul_rn(scale, static_cast<float>(q[k]));
+    const float scaled = __fmul_rn(scale, gemma_int_float(q[k]));
     out[static_cast<size_t>(row) * K + v + k] = static_cast<T>(OFFSET ? __fadd_rn(scaled, offset) : scaled);
   }
 "#;
@@ -347,11 +356,15 @@ const DEQUANTIZE: &str = r#"
 /// WG, T>` holds a lane's 8 values `v … v + 7` of a row (`load` fetches
 /// their bytes, in as few loads as their alignment allows; `decode` gives
 /// them as `scale · q[k] + offset`, the 8 values always in one group of 16
-/// or more); `gemma_wdot_lane` dots a row with a vector in shared memory,
-/// a warp per row, each lane taking 8 values of every 256, with 4 to 8 such
-/// steps' loads in flight at once (`gemma_wsteps`: memory latency, not
+/// or more); `gemma_w32<WF>` a lane's 32 values of a K-quant row, dotted
+/// with the activations without a conversion instruction (the small
+/// integers enter a float's mantissa by a byte permutation), each
+/// sub-block's scale and minimum decoded once for its 16 or 32 values;
+/// `gemma_wdot_lane` dots a row with a vector in shared memory, a warp per
+/// row, with several steps' loads in flight at once (memory latency, not
 /// bandwidth, bounded a lane reading one step at a time, 12B Q4_K_M on the
-/// H200 decoding at 64 tok/s, 0.47 TB/s).
+/// H200 decoding at 64 tok/s, 0.47 TB/s; 8 values a lane with an
+/// integer-to-float conversion each, 75 tok/s).
 pub(super) const HEADER: &str = r#"
 __device__ __forceinline__ float gemma_f16_bits(unsigned short bits) {
   return __half2float(__ushort_as_half(bits));
@@ -383,6 +396,11 @@ __device__ __forceinline__ const uint8_t* gemma_block_at(const void* data, size_
   const size_t row_bytes = static_cast<size_t>(K / VALUES) * gemma_wblock<WF>::BYTES;
   i = v % VALUES;
   return reinterpret_cast<const uint8_t*>(data) + row * row_bytes + static_cast<size_t>(v / VALUES) * gemma_wblock<WF>::BYTES;
+}
+
+// Word `i` (0-3) of a uint4.
+__device__ __forceinline__ unsigned int gemma_word(const uint4& v, int i) {
+  return i < 2 ? (i == 0 ? v.x : v.y) : (i == 2 ? v.z : v.w);
 }
 
 // Byte `j` of a 16-byte header held in a uint4.
@@ -473,6 +491,18 @@ template <int WB, int WG, typename T> struct gemma_w8<3, WB, WG, T> {
   }
 };
 
+// 6-bit scale and minimum of sub-block `sb` (0-7) of a Q4_K/Q5_K block
+// whose first 16 bytes are `h`.
+__device__ __forceinline__ void gemma_k_scale_min(const uint4& h, int sb, int& sc, int& m) {
+  if (sb < 4) {
+    sc = gemma_hbyte(h, 4 + sb) & 63;
+    m = gemma_hbyte(h, 8 + sb) & 63;
+  } else {
+    sc = (gemma_hbyte(h, 8 + sb) & 15) | ((gemma_hbyte(h, sb) >> 6) << 4);
+    m = (gemma_hbyte(h, 8 + sb) >> 4) | ((gemma_hbyte(h, 4 + sb) >> 6) << 4);
+  }
+}
+
 // Q4_K and Q5_K: f16 d and dmin, 12 bytes of 6-bit scales and minimums
 // (one pair per 32 values), [32 bytes of fifth bits,] 128 bytes of nibbles;
 // (d·scale)·q − dmin·min.
@@ -491,13 +521,7 @@ template <int WF, int WB, int WG, typename T> struct gemma_wk {
   __device__ __forceinline__ void decode(int q[8], float& scale, float& offset) const {
     const int sb = i / 32;
     int sc, m;
-    if (sb < 4) {
-      sc = gemma_hbyte(head, 4 + sb) & 63;
-      m = gemma_hbyte(head, 8 + sb) & 63;
-    } else {
-      sc = (gemma_hbyte(head, 8 + sb) & 15) | ((gemma_hbyte(head, sb) >> 6) << 4);
-      m = (gemma_hbyte(head, 8 + sb) >> 4) | ((gemma_hbyte(head, 4 + sb) >> 6) << 4);
-    }
+    gemma_k_scale_min(head, sb, sc, m);
     scale = __fmul_rn(gemma_f16_bits(static_cast<unsigned short>(head.x & 0xffff)), static_cast<float>(sc));
     offset = -__fmul_rn(gemma_f16_bits(static_cast<unsigned short>(head.x >> 16)), static_cast<float>(m));
     const int shift = 4 * (sb % 2);
@@ -573,6 +597,12 @@ __device__ __forceinline__ void gemma_x8(const U* xs, int v, float out[8]) {
   for (int k = 0; k < 8; ++k) out[k] = static_cast<float>(u[k]);
 }
 
+// `q` (|q| < 2^22) as a float, by integer and float additions: the
+// conversion instruction runs at an eighth of the rate of a multiply-add.
+__device__ __forceinline__ float gemma_int_float(int q) {
+  return __int_as_float(0x4B400000 + q) - 12582912.0f;
+}
+
 // The dot of a lane's 8 values with 8 activations, added to `acc`.
 template <int WF, int WB, int WG, typename T>
 __device__ __forceinline__ float gemma_w8_dot(const gemma_w8<WF, WB, WG, T>& w, const float x[8], float acc) {
@@ -582,40 +612,274 @@ __device__ __forceinline__ float gemma_w8_dot(const gemma_w8<WF, WB, WG, T>& w, 
     int q[8];
     float scale, offset;
     w.decode(q, scale, offset);
-    float xq = 0.0f, xsum = 0.0f;
+    float xq = 0.0f;
     #pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      xq = fmaf(static_cast<float>(q[k]), x[k], xq);
-      xsum += x[k];
+    for (int k = 0; k < 8; ++k) xq = fmaf(gemma_int_float(q[k]), x[k], xq);
+    if constexpr (WF == 4 || WF == 5 || WF == 7) {
+      float xsum = 0.0f;
+      #pragma unroll
+      for (int k = 0; k < 8; ++k) xsum += x[k];
+      acc = fmaf(offset, xsum, acc);
     }
-    return fmaf(scale, xq, fmaf(offset, xsum, acc));
+    return fmaf(scale, xq, acc);
   }
 }
 
-// Steps in flight: fewer for Q4_K and Q5_K, whose 16-byte block headers
-// take registers too (more spilled registers on sm_90).
-template <int WF> struct gemma_wsteps { static constexpr int N = WF == 4 || WF == 5 ? 4 : 8; };
+// Steps in flight of the 8-value lanes.
+constexpr int GEMMA_W8_STEPS = 8;
+
+// 8 bytes at `p` (aligned to 2) from aligned 4-byte loads, reading no byte
+// outside the 8.
+__device__ __forceinline__ uint2 gemma_bytes8_a2w(const uint8_t* p) {
+  const size_t at = reinterpret_cast<size_t>(p);
+  const unsigned int* w = reinterpret_cast<const unsigned int*>(at & ~static_cast<size_t>(3));
+  if ((at & 2) == 0) return make_uint2(w[0], w[1]);
+  const unsigned int w0 = w[0], w1 = w[1], w2 = w[2];
+  return make_uint2(__funnelshift_r(w0, w1, 16), __funnelshift_r(w1, w2, 16));
+}
+
+// Byte k of `q` (at most 127) as the float 0.5 + q / 256, exactly: the byte
+// placed in the top of a float's mantissa.
+template <int k>
+__device__ __forceinline__ float gemma_half_plus(unsigned int q) {
+  return __uint_as_float(__byte_perm(q, 0x3F000000u, 0x7054 | (k << 8)));
+}
+
+// Byte k of `q` as the float 2^23 + q, exactly.
+template <int k>
+__device__ __forceinline__ float gemma_two23_plus(unsigned int q) {
+  return __uint_as_float(__byte_perm(q, 0x4B000000u, 0x7540 | k));
+}
+
+// The block of K-quant row `row` (of `K` values) holding chunk c (values
+// 32c … 32c + 31).
+template <int WF>
+__device__ __forceinline__ const uint8_t* gemma_chunk_block(const void* data, size_t row, int K, int c) {
+  constexpr int BYTES = gemma_wblock<WF>::BYTES;
+  return reinterpret_cast<const uint8_t*>(data) + (row * static_cast<size_t>(K / 256) + (c >> 3)) * BYTES;
+}
+
+// 32 values of a K-quant row a lane reads at once (chunk c: block c / 8,
+// piece c % 8 of it). Q4_K and Q5_K: the 16 bytes of nibbles at 16·(c % 8),
+// whose low nibbles are values 16·h … 16·h + 15 of sub-block 2g and whose
+// high nibbles the same of sub-block 2g + 1 (c % 8 = 2g + h), with the
+// block's header (and for Q5_K the 16 bytes of fifth bits of those
+// values). Each value enters as 0.5 + q/256 (one byte permutation), so
+// that Σ q·x = 256·Σ f·x − 128·Σ x.
+template <int WF> struct gemma_wk32 {
+  uint4 head;
+  uint4 qs;
+  uint4 qh;
+  template <typename T>
+  __device__ __forceinline__ void load(const void* data, const T*, const T*, size_t row, int K, int c) {
+    const uint8_t* b = gemma_chunk_block<WF>(data, row, K, c);
+    const int r = c & 7;
+    head = *reinterpret_cast<const uint4*>(b);
+    qs = *reinterpret_cast<const uint4*>(b + (WF == 4 ? 16 : 48) + 16 * r);
+    if constexpr (WF == 5) qh = *reinterpret_cast<const uint4*>(b + 16 + 16 * (r & 1));
+  }
+  template <typename U>
+  __device__ __forceinline__ float dot(const U* xs, int c, float acc) const {
+    const int r = c & 7, g = r >> 1;
+    const int v = (c >> 3) * 256 + 64 * g + 16 * (r & 1);
+    int sc0, m0, sc1, m1;
+    gemma_k_scale_min(head, 2 * g, sc0, m0);
+    gemma_k_scale_min(head, 2 * g + 1, sc1, m1);
+    const float d = gemma_f16_bits(static_cast<unsigned short>(head.x & 0xffff));
+    const float dmin = gemma_f16_bits(static_cast<unsigned short>(head.x >> 16));
+    const float scale[2] = {__fmul_rn(d, gemma_int_float(sc0)), __fmul_rn(d, gemma_int_float(sc1))};
+    const float minimum[2] = {__fmul_rn(dmin, gemma_int_float(m0)), __fmul_rn(dmin, gemma_int_float(m1))};
+    // Piece p of the lane's four of 8 values (low or high nibbles p / 2,
+    // bytes 8·(p % 2) …): lane g takes piece (i + g) % 4 at step i, so that
+    // the 8 lanes of a block read activations from 8 different banks.
+    #pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int p = (i + g) & 3, hi = p >> 1, half = p & 1;
+      float x[8];
+      gemma_x8(xs, v + 8 * half + 32 * hi, x);
+      unsigned int q[2] = {((half ? qs.z : qs.x) >> (4 * hi)) & 0x0F0F0F0Fu,
+                           ((half ? qs.w : qs.y) >> (4 * hi)) & 0x0F0F0F0Fu};
+      if constexpr (WF == 5) {
+        q[0] |= (((half ? qh.z : qh.x) >> (2 * g + hi)) & 0x01010101u) << 4;
+        q[1] |= (((half ? qh.w : qh.y) >> (2 * g + hi)) & 0x01010101u) << 4;
+      }
+      float f = 0.0f;
+      #pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        f = fmaf(gemma_half_plus<0>(q[j]), x[4 * j], f);
+        f = fmaf(gemma_half_plus<1>(q[j]), x[4 * j + 1], f);
+        f = fmaf(gemma_half_plus<2>(q[j]), x[4 * j + 2], f);
+        f = fmaf(gemma_half_plus<3>(q[j]), x[4 * j + 3], f);
+      }
+      const float xsum = ((x[0] + x[1]) + (x[2] + x[3])) + ((x[4] + x[5]) + (x[6] + x[7]));
+      acc = fmaf(hi ? scale[1] : scale[0], fmaf(256.0f, f, -128.0f * xsum), acc);
+      acc = fmaf(-(hi ? minimum[1] : minimum[0]), xsum, acc);
+    }
+    return acc;
+  }
+};
+
+// Q6_K's 32 values of a lane (chunk c: block c / 8, half p = (c % 8) / 4 of
+// it, m = c % 4): positions l = 8m … 8m + 7 of the half's four groups of 32
+// (group t: low nibbles of bytes l of the half's first 32 bytes for t = 0,
+// of its second 32 for t = 1, their high nibbles for t = 2, 3; two high
+// bits each from bits 2t of the half's 32 bytes of high bits), each group
+// with its signed scale. Each value enters exactly as 2^23 + q.
+struct gemma_w6k32 {
+  uint2 la;
+  uint2 lb;
+  uint2 hb;
+  uint2 sc;
+  unsigned short d;
+  template <typename T>
+  __device__ __forceinline__ void load(const void* data, const T*, const T*, size_t row, int K, int c) {
+    const uint8_t* b = gemma_chunk_block<6>(data, row, K, c);
+    const int p = (c >> 2) & 1, l = 8 * (c & 3);
+    la = gemma_bytes8_a2w(b + 64 * p + l);
+    lb = gemma_bytes8_a2w(b + 64 * p + 32 + l);
+    hb = gemma_bytes8_a2w(b + 128 + 32 * p + l);
+    sc = gemma_bytes8_a2w(b + 192 + 8 * p);
+    d = gemma_u16(b + 208);
+  }
+  template <typename U>
+  __device__ __forceinline__ float dot(const U* xs, int c, float acc) const {
+    const int p = (c >> 2) & 1, m = c & 3;
+    const int v = (c >> 3) * 256 + 128 * p + 8 * m;
+    const float dd = gemma_f16_bits(d);
+    // Group t = (i + p) % 4 at step i: the two halves' lanes of a block
+    // read activations from different banks.
+    #pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int t = (i + p) & 3;
+      float x[8];
+      gemma_x8(xs, v + 32 * t, x);
+      const unsigned int low[2] = {(t & 1) ? lb.x : la.x, (t & 1) ? lb.y : la.y};
+      const unsigned int high[2] = {hb.x, hb.y};
+      float s = 0.0f;
+      #pragma unroll
+      for (int w = 0; w < 2; ++w) {
+        const unsigned int q = ((low[w] >> (4 * (t >> 1))) & 0x0F0F0F0Fu) |
+                               (((high[w] >> (2 * t)) & 0x03030303u) << 4);
+        const float* a = x + 4 * w;
+        s = fmaf(gemma_two23_plus<0>(q) - 8388640.0f, a[0], s);
+        s = fmaf(gemma_two23_plus<1>(q) - 8388640.0f, a[1], s);
+        s = fmaf(gemma_two23_plus<2>(q) - 8388640.0f, a[2], s);
+        s = fmaf(gemma_two23_plus<3>(q) - 8388640.0f, a[3], s);
+      }
+      const int k = (m >> 1) + 2 * t;
+      const unsigned int byte = ((k < 4 ? sc.x : sc.y) >> (8 * (k & 3))) & 255u;
+      const float scale = gemma_int_float(static_cast<int>(byte ^ 128u) - 128);
+      acc = fmaf(__fmul_rn(dd, scale), s, acc);
+    }
+    return acc;
+  }
+};
+
+// MLX affine rows, 32 values a lane (chunk c: values 32c … 32c + 31, in
+// one group): WB-bit codes (4 bits: one 16-byte load, value 8i + k in bits
+// 4k of word i; 8 bits: two) with the group's scale and bias. 4-bit codes
+// enter as 0.5 + q/256, 8-bit ones exactly as 2^23 + q.
+template <int WB, int WG, typename T> struct gemma_wa32 {
+  uint4 w[WB / 4];
+  T sc;
+  T bi;
+  __device__ __forceinline__ void load(const void* data, const T* scales, const T* biases, size_t row, int K, int c) {
+    const uint4* words = reinterpret_cast<const uint4*>(reinterpret_cast<const unsigned int*>(data) + row * (K * WB / 32)) +
+                         c * (WB / 4);
+    #pragma unroll
+    for (int i = 0; i < WB / 4; ++i) w[i] = words[i];
+    const size_t g = row * (K / WG) + c * 32 / WG;
+    sc = scales[g];
+    bi = biases[g];
+  }
+  template <typename U>
+  __device__ __forceinline__ float dot(const U* xs, int c, float acc) const {
+    float f = 0.0f, xsum = 0.0f;
+    // Values 8i … 8i + 7 at step (i + c) % 4: neighbouring lanes read
+    // activations from different banks.
+    #pragma unroll
+    for (int step = 0; step < 4; ++step) {
+      const int i = (step + c) & 3;
+      float x[8];
+      gemma_x8(xs, 32 * c + 8 * i, x);
+      if constexpr (WB == 4) {
+        const unsigned int word = gemma_word(w[0], i);
+        const unsigned int lo = word & 0x0F0F0F0Fu, hi = (word >> 4) & 0x0F0F0F0Fu;
+        f = fmaf(gemma_half_plus<0>(lo), x[0], f);
+        f = fmaf(gemma_half_plus<0>(hi), x[1], f);
+        f = fmaf(gemma_half_plus<1>(lo), x[2], f);
+        f = fmaf(gemma_half_plus<1>(hi), x[3], f);
+        f = fmaf(gemma_half_plus<2>(lo), x[4], f);
+        f = fmaf(gemma_half_plus<2>(hi), x[5], f);
+        f = fmaf(gemma_half_plus<3>(lo), x[6], f);
+        f = fmaf(gemma_half_plus<3>(hi), x[7], f);
+      } else {
+        #pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int k = 2 * (i & 1) + j;
+          const unsigned int q = (i >> 1) ? gemma_word(w[WB / 4 - 1], k) : gemma_word(w[0], k);
+          f = fmaf(gemma_two23_plus<0>(q) - 8388608.0f, x[4 * j], f);
+          f = fmaf(gemma_two23_plus<1>(q) - 8388608.0f, x[4 * j + 1], f);
+          f = fmaf(gemma_two23_plus<2>(q) - 8388608.0f, x[4 * j + 2], f);
+          f = fmaf(gemma_two23_plus<3>(q) - 8388608.0f, x[4 * j + 3], f);
+        }
+      }
+      xsum += ((x[0] + x[1]) + (x[2] + x[3])) + ((x[4] + x[5]) + (x[6] + x[7]));
+    }
+    const float q = WB == 4 ? fmaf(256.0f, f, -128.0f * xsum) : f;
+    return fmaf(static_cast<float>(sc), q, fmaf(static_cast<float>(bi), xsum, acc));
+  }
+};
+
+template <int WF, int WB, int WG, typename T> struct gemma_w32;
+template <int WB, int WG, typename T> struct gemma_w32<4, WB, WG, T> : gemma_wk32<4> {};
+template <int WB, int WG, typename T> struct gemma_w32<5, WB, WG, T> : gemma_wk32<5> {};
+template <int WB, int WG, typename T> struct gemma_w32<6, WB, WG, T> : gemma_w6k32 {};
+template <int WB, int WG, typename T> struct gemma_w32<7, WB, WG, T> : gemma_wa32<WB, WG, T> {};
+
+// Whether a lane reads rows of format WF 32 values at a time.
+template <int WF> struct gemma_wide { static constexpr bool VALUE = WF >= 4; };
+
+// Steps of 32-value chunks in flight.
+constexpr int GEMMA_W32_STEPS = 4;
 
 // Row `row` (of `K` values, format WF) dotted with `xs` (`K` values of `U`
-// in shared memory): this lane's share, to be summed over the warp. The
-// loads of several steps of 256 values are issued before any is used.
+// in shared memory): this lane's share, to be summed over the warp. Rows
+// of K-quants and MLX affine rows go 32 values a lane and 1,024 a warp at
+// a time; the others 8 and 256. The loads of several steps are issued before any is used.
 template <int WF, int WB, int WG, typename T, typename U>
 __device__ __forceinline__ float gemma_wdot_lane(const void* data, const T* scales, const T* biases,
                                                  size_t row, int K, const U* xs, int lane) {
-  constexpr int STEPS = gemma_wsteps<WF>::N;
   float acc = 0.0f;
-  for (int v0 = 8 * lane; v0 < K; v0 += 256 * STEPS) {
-    gemma_w8<WF, WB, WG, T> w[STEPS];
-    #pragma unroll
-    for (int u = 0; u < STEPS; ++u) {
-      if (v0 + 256 * u < K) w[u].load(data, scales, biases, row, K, v0 + 256 * u);
+  if constexpr (gemma_wide<WF>::VALUE) {
+    constexpr int STEPS = GEMMA_W32_STEPS;
+    const int chunks = K / 32;
+    for (int c0 = lane; c0 < chunks; c0 += 32 * STEPS) {
+      gemma_w32<WF, WB, WG, T> w[STEPS];
+      #pragma unroll
+      for (int u = 0; u < STEPS; ++u) {
+        if (c0 + 32 * u < chunks) w[u].load(data, scales, biases, row, K, c0 + 32 * u);
+      }
+      #pragma unroll
+      for (int u = 0; u < STEPS; ++u) {
+        if (c0 + 32 * u < chunks) acc = w[u].dot(xs, c0 + 32 * u, acc);
+      }
     }
-    #pragma unroll
-    for (int u = 0; u < STEPS; ++u) {
-      if (v0 + 256 * u < K) {
-        float x[8];
-        gemma_x8(xs, v0 + 256 * u, x);
-        acc = gemma_w8_dot(w[u], x, acc);
+  } else {
+    constexpr int STEPS = GEMMA_W8_STEPS;
+    for (int v0 = 8 * lane; v0 < K; v0 += 256 * STEPS) {
+      gemma_w8<WF, WB, WG, T> w[STEPS];
+      #pragma unroll
+      for (int u = 0; u < STEPS; ++u) {
+        if (v0 + 256 * u < K) w[u].load(data, scales, biases, row, K, v0 + 256 * u);
+      }
+      #pragma unroll
+      for (int u = 0; u < STEPS; ++u) {
+        if (v0 + 256 * u < K) {
+          float x[8];
+          gemma_x8(xs, v0 + 256 * u, x);
+          acc = gemma_w8_dot(w[u], x, acc);
+        }
       }
     }
   }

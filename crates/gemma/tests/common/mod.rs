@@ -8,7 +8,8 @@
 //! - [`diff`] compares logits and says where they differ most;
 //! - [`models`] builds the tiny random model and loads the default model;
 //! - [`fixed_steps`] feeds a tiny model through fixed-shape decode steps;
-//! - [`gpu`] makes the GPU the default device for the GPU tests.
+//! - [`gpu`] makes the GPU the default device for the GPU tests;
+//! - [`blocks`] makes random GGUF blocks.
 //!
 //! Environment:
 //! - `GEMMA_MLX_PYTHON`: the Python interpreter with mlx-lm 0.32.2 and mlx
@@ -22,6 +23,7 @@
 
 #![allow(dead_code)] // each test binary uses a different part of this module
 
+pub mod blocks;
 pub mod diff;
 pub mod fixed_steps;
 pub mod gpu;

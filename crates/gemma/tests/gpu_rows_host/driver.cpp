@@ -1,0 +1,87 @@
+// Multiplies rows of weights in one of the GPU kernels' formats by a row of
+// float activations as a warp of the kernels does (the 32 lanes' shares of
+// gemma_wdot_lane, summed in double here).
+// Usage: driver FORMAT ROWS K ROWS_FILE X_FILE [BITS GROUP SCALES BIASES]
+// (the last four for MLX affine rows, format 7, with float scales and
+// biases) > one product per line.
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "stand_ins.h"
+#include "weight_rows.cuh"
+
+template <int WF, int WB = 1, int WG = 1>
+void products(const uint8_t* w, int rows, int k, const float* x, const float* scales = nullptr,
+              const float* biases = nullptr) {
+  for (int r = 0; r < rows; ++r) {
+    double sum = 0.0;
+    for (int lane = 0; lane < 32; ++lane) {
+      sum += gemma_wdot_lane<WF, WB, WG, float, float>(w, scales, biases, static_cast<size_t>(r), k, x, lane);
+    }
+    std::printf("%.17g\n", sum);
+  }
+}
+
+static std::vector<unsigned char> read_all(const char* path, size_t align) {
+  std::FILE* f = std::fopen(path, "rb");
+  if (!f) { std::perror(path); std::exit(2); }
+  std::vector<unsigned char> out;
+  unsigned char buf[65536];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.insert(out.end(), buf, buf + n);
+  std::fclose(f);
+  out.resize(out.size() + align);
+  return out;
+}
+
+static std::vector<float> read_floats(const char* path) {
+  std::vector<unsigned char> b = read_all(path, 0);
+  std::vector<float> out(b.size() / 4);
+  std::memcpy(out.data(), b.data(), out.size() * 4);
+  return out;
+}
+
+template <int WB>
+void affine(const uint8_t* w, int rows, int k, const float* x, int group, const float* scales, const float* biases) {
+  switch (group) {
+    case 32: products<7, WB, 32>(w, rows, k, x, scales, biases); break;
+    case 64: products<7, WB, 64>(w, rows, k, x, scales, biases); break;
+    case 128: products<7, WB, 128>(w, rows, k, x, scales, biases); break;
+    default: std::fprintf(stderr, "group %d\n", group); std::exit(2);
+  }
+}
+
+int main(int argc, char** argv) {
+  if (argc != 6 && argc != 10) {
+    std::fprintf(stderr, "usage: driver FORMAT ROWS K ROWS_FILE X [BITS GROUP SCALES BIASES]\n");
+    return 2;
+  }
+  const int format = std::atoi(argv[1]), rows = std::atoi(argv[2]), k = std::atoi(argv[3]);
+  // The rows start 16-byte aligned, as the GPU's buffers do.
+  std::vector<unsigned char> raw = read_all(argv[4], 16);
+  std::vector<unsigned char> aligned(raw.size() + 16);
+  uint8_t* w = aligned.data();
+  while (reinterpret_cast<size_t>(w) % 16) ++w;
+  std::memcpy(w, raw.data(), raw.size() - 16);
+  std::vector<float> x = read_floats(argv[5]);
+  switch (format) {
+    case 1: products<1>(w, rows, k, x.data()); break;
+    case 2: products<2>(w, rows, k, x.data()); break;
+    case 3: products<3>(w, rows, k, x.data()); break;
+    case 4: products<4>(w, rows, k, x.data()); break;
+    case 5: products<5>(w, rows, k, x.data()); break;
+    case 6: products<6>(w, rows, k, x.data()); break;
+    case 7: {
+      if (argc != 10) { std::fprintf(stderr, "affine rows need BITS GROUP SCALES BIASES\n"); return 2; }
+      const int bits = std::atoi(argv[6]), group = std::atoi(argv[7]);
+      std::vector<float> scales = read_floats(argv[8]), biases = read_floats(argv[9]);
+      if (bits == 4) affine<4>(w, rows, k, x.data(), group, scales.data(), biases.data());
+      else if (bits == 8) affine<8>(w, rows, k, x.data(), group, scales.data(), biases.data());
+      else { std::fprintf(stderr, "bits %d\n", bits); return 2; }
+      break;
+    }
+    default: std::fprintf(stderr, "format %d\n", format); return 2;
+  }
+  return 0;
+}
