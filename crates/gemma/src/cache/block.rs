@@ -9,16 +9,27 @@
 //! names its format (see [`super::KvStore::from_arrays`]): int8 for the
 //! linear formats, told apart by their bytes per vector, and int16 for
 //! `iq4_nl`, whose blocks are as long as `q4_0`'s. Encoding and decoding
-//! are CPU kernels of ours; the GPU does not take these formats yet.
+//! are kernels of ours on either device: on the CPU the Rust quantizers
+//! and decoders, on the GPU their CUDA twins ([`KV_BLOCKS_CUDA`], a thread
+//! per block), which write the same bytes and read back the same values.
+//! The GPU's attention kernels do not read blocks: a cache of blocks
+//! decodes its vectors for MLX's attention there.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use mlx_core::cpu_kernel::{cpu_kernel, floats, floats_mut, CpuKernelFn};
 use mlx_core::device::{default_device, Device};
+use mlx_core::kernel::{CudaKernel, Launch, OutputSpec, TemplateArg};
 use mlx_core::{Array, Dtype};
 
 use super::error::CacheError;
-use crate::quant::{dequantize_into, quantize_into, GgufDtype, BLOCK_VALUES, QUANTIZABLE};
+use crate::quant::{
+    dequantize_into, kv_block_type, quantize_into, GgufDtype, BLOCK_VALUES, KV_BLOCKS_CUDA,
+    QUANTIZABLE,
+};
+
+/// Threads per block of the GPU codecs.
+const THREADS: i32 = 128;
 
 /// The dtype of the array holding `dtype`'s blocks.
 pub fn carrier(dtype: GgufDtype) -> Dtype {
@@ -41,7 +52,7 @@ pub struct BlockArray {
 }
 
 /// Checks that `dtype` is a block format a cache can store, for vectors of
-/// `dim` values, on the default device.
+/// `dim` values.
 pub fn validate(dtype: GgufDtype, dim: i32) -> Result<(), CacheError> {
     if !QUANTIZABLE.contains(&dtype) {
         return Err(CacheError::Format(format!(
@@ -52,12 +63,6 @@ pub fn validate(dtype: GgufDtype, dim: i32) -> Result<(), CacheError> {
     if dim % BLOCK_VALUES as i32 != 0 {
         return Err(CacheError::Format(format!(
             "head dimension {dim} is not a multiple of the {BLOCK_VALUES} values of a {dtype} block"
-        )));
-    }
-    if default_device()? != Device::Cpu {
-        return Err(CacheError::Format(format!(
-            "the {dtype} block format runs on the CPU only so far; on the GPU use mlx8/mlx4 \
-             (MLX's affine formats) or turbo2/3/4"
         )));
     }
     Ok(())
@@ -85,6 +90,11 @@ impl BlockArray {
         if let Some(last) = shape.last_mut() {
             *last = dim / BLOCK_VALUES as i32 * dtype.type_size() as i32 / held.size_bytes() as i32;
         }
+        if default_device()? == Device::Gpu {
+            let blocks = x.size() as i32 / BLOCK_VALUES as i32;
+            let bytes = gpu_codec(Codec::Encode, x, (shape, held), dtype, blocks)?;
+            return Ok(BlockArray { bytes, dtype });
+        }
         let kernel: Arc<CpuKernelFn> = Arc::new(move |inputs, out| {
             quantize_into(dtype, floats(inputs[0])?, out).map_err(|e| e.to_string())
         });
@@ -103,10 +113,21 @@ impl BlockArray {
             *last = *last * held / block_bytes * BLOCK_VALUES as i32;
         }
         let format = self.dtype;
-        let kernel: Arc<CpuKernelFn> = Arc::new(move |inputs, out| {
-            dequantize_into(format, inputs[0], floats_mut(out)?).map_err(|e| e.to_string())
-        });
-        let values = cpu_kernel(&[&self.bytes], &shape, Dtype::Float32, kernel)?;
+        let values = if default_device()? == Device::Gpu {
+            let blocks = self.bytes.nbytes() as i32 / block_bytes;
+            gpu_codec(
+                Codec::Decode,
+                &self.bytes,
+                (shape, Dtype::Float32),
+                format,
+                blocks,
+            )?
+        } else {
+            let kernel: Arc<CpuKernelFn> = Arc::new(move |inputs, out| {
+                dequantize_into(format, inputs[0], floats_mut(out)?).map_err(|e| e.to_string())
+            });
+            cpu_kernel(&[&self.bytes], &shape, Dtype::Float32, kernel)?
+        };
         Ok(if dtype == Dtype::Float32 {
             values
         } else {
@@ -118,6 +139,91 @@ impl BlockArray {
     pub fn nbytes(&self) -> usize {
         self.bytes.nbytes()
     }
+}
+
+/// Which way a GPU codec kernel goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Codec {
+    /// Floats of any dtype into blocks.
+    Encode,
+    /// Blocks into float32 values.
+    Decode,
+}
+
+/// The kernel body of `codec`: a thread per block.
+fn codec_body(codec: Codec) -> &'static str {
+    match codec {
+        Codec::Encode => {
+            r#"
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= BLOCKS) return;
+  float v[32];
+  for (int j = 0; j < 32; ++j) v[j] = static_cast<float>(x[static_cast<size_t>(t) * 32 + j]);
+  gemma_kv_quantize<Q>(v, reinterpret_cast<unsigned char*>(out) + static_cast<size_t>(t) * gemma_kv_type<Q>::BYTES);
+"#
+        }
+        Codec::Decode => {
+            r#"
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= BLOCKS) return;
+  float v[32];
+  gemma_kv_dequantize<Q>(reinterpret_cast<const unsigned char*>(x) + static_cast<size_t>(t) * gemma_kv_type<Q>::BYTES, v);
+  for (int j = 0; j < 32; ++j) out[static_cast<size_t>(t) * 32 + j] = v[j];
+"#
+        }
+    }
+}
+
+/// `codec` of `blocks` blocks of `dtype` on the GPU: `x` (floats, or the
+/// blocks' carrier array) into an array of `shape` and `out_dtype`.
+fn gpu_codec(
+    codec: Codec,
+    x: &Array,
+    (shape, out_dtype): (Vec<i32>, Dtype),
+    dtype: GgufDtype,
+    blocks: i32,
+) -> Result<Array, CacheError> {
+    static KERNELS: [OnceLock<Arc<CudaKernel>>; 2] = [OnceLock::new(), OnceLock::new()];
+    if blocks == 0 {
+        return Ok(mlx_core::zeros(&shape, out_dtype)?);
+    }
+    let q = kv_block_type(dtype)
+        .ok_or_else(|| CacheError::Format(format!("{dtype} has no GPU kernel for KV blocks")))?;
+    let slot = &KERNELS[usize::from(codec == Codec::Decode)];
+    let kernel = match slot.get() {
+        Some(k) => k.clone(),
+        None => {
+            let name = match codec {
+                Codec::Encode => "gemma_kv_block_encode",
+                Codec::Decode => "gemma_kv_block_decode",
+            };
+            let k = Arc::new(CudaKernel::new(
+                name,
+                &["x"],
+                &["out"],
+                codec_body(codec),
+                KV_BLOCKS_CUDA,
+            )?);
+            slot.get_or_init(|| k).clone()
+        }
+    };
+    let mut out = kernel.apply(
+        &[x],
+        &[OutputSpec {
+            shape,
+            dtype: out_dtype,
+        }],
+        Launch {
+            grid: [(blocks + THREADS - 1) / THREADS * THREADS, 1, 1],
+            block: [THREADS, 1, 1],
+        },
+        &[
+            ("Q", TemplateArg::Int(q)),
+            ("BLOCKS", TemplateArg::Int(blocks)),
+        ],
+    )?;
+    out.pop()
+        .ok_or_else(|| CacheError::Format("the KV block kernel returned nothing".into()))
 }
 
 #[cfg(test)]

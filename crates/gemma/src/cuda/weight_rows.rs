@@ -4,7 +4,7 @@
 //! CUDA device functions here decode a lane's share of a row in registers
 //! (never written out): 32 values at a time for K-quants and MLX affine
 //! rows, 8 for the 32-value block types. [`WeightRows`] is one projection
-//! part as a kernel's inputs and template arguments. Test `gpu_rows_host`
+//! part as a kernel's inputs and template arguments. Test `cuda_host`
 //! compiles the device functions for the host and checks every format
 //! against the crate's dequantizer, on machines without a GPU too.
 //!

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "stand_ins.h"
-#include "weight_rows.cuh"
+#include "rows.cuh"
 
 template <int WF, int WB = 1, int WG = 1>
 void products(const uint8_t* w, int rows, int k, const float* x, const float* scales = nullptr,

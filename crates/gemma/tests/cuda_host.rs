@@ -1,10 +1,17 @@
-//! The GPU kernels' weight-row readers, compiled for the host: the CUDA
-//! device functions of `gemma::cuda::weight_rows_source` (the ones the fused
-//! layer kernel and the logits GEMV run) built by the host's C++ compiler
-//! with stand-ins for CUDA's intrinsics (`tests/gpu_rows_host/`), each
-//! GGUF block type's rows multiplied by a row of activations as a warp
-//! does, against the crate's own dequantizer. Runs on every machine, so the
-//! decoders are checked where no GPU is. The compiler is `$CXX`, else `c++`.
+//! CUDA device functions compiled for the host by its C++ compiler, with
+//! stand-ins for CUDA's intrinsics (`tests/cuda_host/`), against the
+//! crate's Rust code on every machine, so that the GPU's arithmetic is
+//! checked where no GPU is:
+//!
+//! - the weight-row readers of `gemma::cuda::weight_rows_source` (the
+//!   fused layer kernel's and the logits GEMV's): each GGUF block type's
+//!   rows and MLX affine rows multiplied by a row of activations as a warp
+//!   does, against the dequantized values;
+//! - ggml's KV block codecs of `gemma::quant::KV_BLOCKS_CUDA` (a GPU
+//!   cache's writes and reads): the bytes of every block equal to
+//!   `quantize_into`'s, the values read back equal to `dequantize_into`'s.
+//!
+//! The compiler is `$CXX`, else `c++`.
 
 mod common;
 
@@ -13,7 +20,10 @@ use std::process::Command;
 
 use common::blocks::random_blocks;
 use gemma::cuda::weight_rows_source;
-use gemma::quant::{dequantize, GgufDtype};
+use gemma::quant::{
+    dequantize, dequantize_into, kv_block_type, quantize_into, GgufDtype, KV_BLOCKS_CUDA,
+    QUANTIZABLE,
+};
 
 /// The block types the kernels read as stored, with their CUDA format
 /// numbers (the `WF` template argument).
@@ -26,28 +36,29 @@ const FORMATS: [(GgufDtype, i32); 6] = [
     (GgufDtype::Q6_K, 6),
 ];
 
-/// The driver program, built once into `dir`.
-fn build_driver(dir: &Path) -> PathBuf {
-    let sources = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gpu_rows_host");
-    std::fs::write(dir.join("weight_rows.cuh"), weight_rows_source()).unwrap();
-    let driver = dir.join("driver");
+/// Program `name` (`tests/cuda_host/NAME.cpp`, which includes
+/// `NAME.cuh`, the device functions `source`), built into `dir`.
+fn build(dir: &Path, name: &str, source: &str) -> PathBuf {
+    let sources = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cuda_host");
+    std::fs::write(dir.join(format!("{name}.cuh")), source).unwrap();
+    let program = dir.join(name);
     let compiler = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
     let out = Command::new(&compiler)
         .args(["-std=c++17", "-O2", "-fno-strict-aliasing", "-I"])
         .arg(dir)
         .arg("-I")
         .arg(&sources)
-        .arg(sources.join("driver.cpp"))
+        .arg(sources.join(format!("{name}.cpp")))
         .arg("-o")
-        .arg(&driver)
+        .arg(&program)
         .output()
         .unwrap_or_else(|e| panic!("running the C++ compiler {compiler}: {e}"));
     assert!(
         out.status.success(),
-        "the row readers do not compile for the host:\n{}",
+        "{name}'s device functions do not compile for the host:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    driver
+    program
 }
 
 /// `n` activations in [-2, 2), seeded.
@@ -113,7 +124,7 @@ fn driver_products(
 #[test]
 fn each_block_type_multiplies_as_its_dequantized_values_on_the_host() {
     let dir = tempfile::tempdir().unwrap();
-    let driver = build_driver(dir.path());
+    let driver = build(dir.path(), "rows", weight_rows_source());
     let rows = 7;
     let mut seed = 1;
     for (dtype, format) in FORMATS {
@@ -164,7 +175,7 @@ fn assert_close(ours: &[f64], values: &[f32], x: &[f32], what: &str) {
 #[test]
 fn mlx_affine_rows_multiply_as_their_values_on_the_host() {
     let dir = tempfile::tempdir().unwrap();
-    let driver = build_driver(dir.path());
+    let driver = build(dir.path(), "rows", weight_rows_source());
     let (rows, cols) = (5, 3840);
     let mut seed = 100;
     for bits in [4, 8] {
@@ -215,5 +226,82 @@ fn mlx_affine_rows_multiply_as_their_values_on_the_host() {
                 &format!("{bits}-bit affine, group {group}"),
             );
         }
+    }
+}
+
+/// Rows to quantize: random values of three magnitudes, then blocks that
+/// try the formats' edges: zeros, a single value, values on half steps
+/// of a level (ties), equal values, ±0, a huge and a tiny range.
+fn kv_rows(seed: u64) -> Vec<f32> {
+    let mut rows = Vec::new();
+    for (k, scale) in [0.01f32, 1.0, 300.0].into_iter().enumerate() {
+        rows.extend(
+            activations(32 * 64, seed + k as u64)
+                .iter()
+                .map(|v| v * scale),
+        );
+    }
+    let mut block = |f: &dyn Fn(usize) -> f32| rows.extend((0..32).map(f));
+    block(&|_| 0.0);
+    block(&|j| if j == 5 { -3.0 } else { 0.0 });
+    block(&|j| (j as f32 - 16.0) * 0.5 + 0.25);
+    block(&|j| (j as f32 - 15.5) * 0.25);
+    block(&|_| 1.5);
+    block(&|j| if j % 2 == 0 { 0.0 } else { -0.0 });
+    block(&|j| if j == 0 { 6.0e4 } else { j as f32 });
+    block(&|j| j as f32 * 1e-12);
+    block(&|j| -(j as f32) / 7.0);
+    rows
+}
+
+#[test]
+fn kv_blocks_quantize_and_decode_as_the_cpu_on_the_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let program = build(dir.path(), "kv_blocks", KV_BLOCKS_CUDA);
+    let x = kv_rows(7);
+    let blocks = x.len() / 32;
+    let values_file = dir.path().join("values.bin");
+    std::fs::write(&values_file, bytemuck::cast_slice(&x)).unwrap();
+    for dtype in QUANTIZABLE {
+        let q = kv_block_type(dtype).expect("a KV block type");
+        let (bytes_file, decoded_file) = (
+            dir.path().join("blocks.bin"),
+            dir.path().join("decoded.bin"),
+        );
+        let out = Command::new(&program)
+            .args([q.to_string(), blocks.to_string()])
+            .args([&values_file, &bytes_file, &decoded_file])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let theirs = std::fs::read(&bytes_file).unwrap();
+        let mut ours = vec![0u8; blocks * dtype.type_size() as usize];
+        quantize_into(dtype, &x, &mut ours).unwrap();
+        let size = dtype.type_size() as usize;
+        for (b, (gpu, cpu)) in theirs
+            .chunks_exact(size)
+            .zip(ours.chunks_exact(size))
+            .enumerate()
+        {
+            assert_eq!(
+                gpu,
+                cpu,
+                "{dtype}: block {b} of {:?}",
+                &x[32 * b..32 * b + 32]
+            );
+        }
+        let decoded: Vec<f32> = std::fs::read(&decoded_file)
+            .unwrap()
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        let mut expected = vec![0f32; x.len()];
+        dequantize_into(dtype, bytemuck::cast_slice(&ours), &mut expected).unwrap();
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&decoded), bits(&expected), "{dtype}: decoded values");
     }
 }
