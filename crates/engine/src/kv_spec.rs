@@ -3,8 +3,7 @@
 //!
 //! A type name means what it means in llama.cpp wherever llama.cpp has it:
 //! `q8_0`, `q4_0`, `q4_1`, `q5_0`, `q5_1`, `iq4_nl` are ggml's 32-value blocks, byte
-//! for byte as llama.cpp stores its cache (on the GPU decoded for MLX's
-//! attention: the fused kernels do not read them); `turbo2`,
+//! for byte as llama.cpp stores its cache, on either device; `turbo2`,
 //! `turbo3`, `turbo4` are TurboQuant as the llama.cpp TurboQuant fork
 //! stores it (groups of 128 values); `f32`, `f16`, `bf16` store unquantized
 //! in that dtype. MLX's affine formats (mlx-lm's `QuantizedKVCache`) have

@@ -1,7 +1,8 @@
 //! ggml's KV block formats on the GPU: the GPU's codecs write the bytes the
 //! CPU's write and read back the same values, and a tiny model whose caches
-//! hold blocks decodes on the GPU (eager, fixed-shape steps, compiled) as
-//! on the CPU. One test, as its checks switch the process's default device
+//! hold blocks decodes on the GPU (eager, fixed-shape steps, compiled; with
+//! our kernels, the fused layer kernel and the decode attention kernel
+//! reading the blocks, and without) as on the CPU. One test, as its checks switch the process's default device
 //! to the CPU and back; it needs a CUDA build of MLX (the GPU machine) and
 //! elsewhere says so and returns.
 
@@ -63,7 +64,7 @@ fn the_gpu_writes_and_reads_the_cpus_blocks() {
 }
 
 fn a_model_with_block_caches_decodes_on_the_gpu_as_on_the_cpu() {
-    let model = tiny_model(8);
+    let mut model = tiny_model(8);
     let block = KvFormat::Block;
     for (keys, values) in [
         (GgufDtype::Q8_0, GgufDtype::Q8_0),
@@ -77,15 +78,23 @@ fn a_model_with_block_caches_decodes_on_the_gpu_as_on_the_cpu() {
         };
         let (theirs, _) = on(Device::Cpu, || scheduled(&model, format, 0, Steps::Eager));
         let spread = theirs.iter().fold(0f32, |m, v| m.max(v.abs()));
-        for steps in [
-            Steps::Eager,
-            Steps::Fixed { compiled: false },
-            Steps::Fixed { compiled: true },
-        ] {
-            let (ours, _) = scheduled(&model, format, 0, steps);
-            let d = max_diff(&ours, &theirs);
-            eprintln!("{keys}/{values}, {steps:?}: max |Δ logit| {d:e} of {spread}");
-            assert!(d < 2e-2 * spread, "{keys}/{values}, {steps:?}: {d}");
+        for kernels in [false, true] {
+            model.gpu_kernels = kernels;
+            for steps in [
+                Steps::Eager,
+                Steps::Fixed { compiled: false },
+                Steps::Fixed { compiled: true },
+            ] {
+                let (ours, _) = scheduled(&model, format, 0, steps);
+                let d = max_diff(&ours, &theirs);
+                eprintln!(
+                    "{keys}/{values}, kernels {kernels}, {steps:?}: max |Δ logit| {d:e} of {spread}"
+                );
+                assert!(
+                    d < 2e-2 * spread,
+                    "{keys}/{values}, kernels {kernels}, {steps:?}: {d}"
+                );
+            }
         }
     }
 }

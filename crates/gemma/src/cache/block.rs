@@ -12,8 +12,9 @@
 //! are kernels of ours on either device: on the CPU the Rust quantizers
 //! and decoders, on the GPU their CUDA twins ([`KV_BLOCKS_CUDA`], a thread
 //! per block), which write the same bytes and read back the same values.
-//! The GPU's attention kernels do not read blocks: a cache of blocks
-//! decodes its vectors for MLX's attention there.
+//! The GPU's fused layer and decode attention kernels read blocks in
+//! registers (`crate::cuda`'s stored format 3); prefill chunks attend over
+//! the decoded vectors.
 
 use std::sync::{Arc, OnceLock};
 

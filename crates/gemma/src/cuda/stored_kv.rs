@@ -8,12 +8,15 @@
 //! dtype; 1 MLX's affine quantization ([`mlx_core::quantize`]: `BITS`-bit
 //! codes packed least significant bit first, one scale and bias per `GS`
 //! values, `value = scale·code + bias`); 2 TurboQuant
-//! ([`crate::cache::turbo`]), decoded in its rotated domain.
+//! ([`crate::cache::turbo`]), decoded in its rotated domain; 3 ggml's
+//! 32-value blocks (`BITS` the block type of [`KV_BLOCKS_CUDA`]), encoded
+//! a thread per block and decoded value by value as the CPU does.
 
 use mlx_core::kernel::TemplateArg;
 use mlx_core::{Array, Dtype};
 
 use crate::cache::{turbo, KvStore};
+use crate::quant::{kv_block_type, KV_BLOCKS_CUDA};
 
 /// Device functions shared by the decode attention and layer kernels; see
 /// the module documentation.
@@ -43,6 +46,7 @@ pub(super) fn header() -> String {
         "constexpr float GEMMA_TURBO_SCALE = {:e}f;\n",
         turbo::hadamard_scale()
     ));
+    header.push_str(KV_BLOCKS_CUDA);
     header.push_str(DEVICE_FUNCTIONS);
     header
 }
@@ -127,6 +131,12 @@ __device__ __forceinline__ void gemma_kv_row(
     const float bias = static_cast<float>(biases[g]);
     #pragma unroll
     for (int e = 0; e < E; ++e) out[e] = scale * static_cast<float>(codes[e]) + bias;
+  } else if constexpr (F == 3) {
+    constexpr int BYTES = gemma_kv_type<BITS>::BYTES;
+    const unsigned char* block =
+        reinterpret_cast<const unsigned char*>(data) + row * (D / 32 * BYTES) + (first / 32) * BYTES;
+    #pragma unroll
+    for (int e = 0; e < E; ++e) out[e] = gemma_kv_value<BITS>(block, first % 32 + e);
   } else {
     constexpr int P = 16 * BITS;
     const int g = first / 128;
@@ -296,12 +306,29 @@ __device__ __forceinline__ void gemma_kv_encode(
       }
     }
     __syncthreads();
+  } else if constexpr (F == 3) {
+    constexpr int BYTES = gemma_kv_type<BITS>::BYTES;
+    for (int b = threadIdx.x; b < D / 32; b += blockDim.x) {
+      float x[32];
+      for (int j = 0; j < 32; ++j) x[j] = v[32 * b + j];
+      unsigned char block[BYTES];
+      gemma_kv_quantize<BITS>(x, block);
+      if (write) {
+        unsigned char* out = reinterpret_cast<unsigned char*>(const_cast<void*>(data)) + row * (D / 32 * BYTES) + b * BYTES;
+        for (int k = 0; k < BYTES; ++k) out[k] = block[k];
+      }
+      for (int j = 0; j < 32; ++j) v[32 * b + j] = gemma_kv_value<BITS>(block, j);
+    }
+    __syncthreads();
   }
 }
 "#;
 
-/// The format number of ggml blocks, which no kernel reads yet.
+/// The format number of ggml blocks.
 const BLOCKS: i32 = 3;
+
+/// Bytes of a block of each ggml type number (`gemma_kv_type<Q>::BYTES`).
+const BLOCK_BYTES: [i32; 6] = [34, 18, 20, 22, 24, 18];
 
 /// One side (keys or values) of a store as the kernels read it: its arrays
 /// and its format's template arguments (`F`, `BITS`, `GS`).
@@ -314,7 +341,8 @@ pub(super) struct StoredSide {
     biases: Option<Array>,
     /// The format (0 float, 1 affine, 2 TurboQuant, [`BLOCKS`] ggml blocks).
     format: i32,
-    /// Bits per value of a compressed format.
+    /// Bits per value of a compressed format (ggml blocks: the block type,
+    /// `Q` of [`KV_BLOCKS_CUDA`]).
     bits: i32,
     /// Values per affine group.
     group: i32,
@@ -353,7 +381,7 @@ impl StoredSide {
                 scales: None,
                 biases: None,
                 format: BLOCKS,
-                bits: 0,
+                bits: kv_block_type(b.dtype).unwrap_or(-1),
                 group: 0,
             },
         }
@@ -362,8 +390,8 @@ impl StoredSide {
     /// Whether the kernels take this side for heads of `d` values computed
     /// in `dtype`: floats of that dtype, affine codes of 2 to 8 bits in
     /// groups of 32, 64 or 128 that divide `d` into at most `max_groups`
-    /// groups, or TurboQuant groups; the data's last axis as the format
-    /// lays out `d` values. They do not read ggml blocks yet.
+    /// groups, TurboQuant groups, or ggml blocks; the data's last axis as
+    /// the format lays out `d` values.
     pub fn suits(&self, dtype: Dtype, d: i32, max_groups: i32) -> bool {
         let width = self.data.dim(-1).ok();
         match self.format {
@@ -378,6 +406,20 @@ impl StoredSide {
             2 => {
                 d % turbo::TURBO_GROUP == 0
                     && width == Some(d / turbo::TURBO_GROUP * turbo::packed_group_bytes(self.bits))
+            }
+            BLOCKS => {
+                let bytes = usize::try_from(self.bits)
+                    .ok()
+                    .and_then(|q| BLOCK_BYTES.get(q).copied());
+                let held = self.data.dtype().size_bytes() as i32;
+                match (bytes, width) {
+                    (Some(bytes), Some(width)) => {
+                        d % 32 == 0
+                            && matches!(self.data.dtype(), Dtype::Int8 | Dtype::Int16)
+                            && width * held == d / 32 * bytes
+                    }
+                    _ => false,
+                }
             }
             _ => false,
         }

@@ -26,7 +26,8 @@ pub fn kv_block_type(dtype: GgufDtype) -> Option<i32> {
 }
 
 /// The device functions: `gemma_kv_quantize<Q>(x, out)` writes one block
-/// of the 32 floats `x`, `gemma_kv_dequantize<Q>(block, y)` decodes one.
+/// of the 32 floats `x`, `gemma_kv_dequantize<Q>(block, y)` decodes one,
+/// `gemma_kv_value<Q>(block, j)` its value j.
 pub const KV_BLOCKS_CUDA: &str = r#"
 template <int Q> struct gemma_kv_type;
 template <> struct gemma_kv_type<0> { static constexpr int BYTES = 34; };
@@ -189,26 +190,28 @@ __device__ __forceinline__ int gemma_kv_fifth(const unsigned char* b, int j) {
   return ((b[j >> 3] >> (j & 7)) & 1) << 4;
 }
 
+// Value j of the block at `b`.
+template <int Q>
+__device__ __forceinline__ float gemma_kv_value(const unsigned char* b, int j) {
+  const float d = gemma_kv_f16_at(b);
+  if constexpr (Q == 0) {
+    return __fmul_rn(d, static_cast<float>(static_cast<signed char>(b[2 + j])));
+  } else if constexpr (Q == 1) {
+    return __fmul_rn(d, static_cast<float>(gemma_kv_nibble(b + 2, j) - 8));
+  } else if constexpr (Q == 2) {
+    return __fadd_rn(__fmul_rn(d, static_cast<float>(gemma_kv_nibble(b + 4, j))), gemma_kv_f16_at(b + 2));
+  } else if constexpr (Q == 3) {
+    return __fmul_rn(d, static_cast<float>((gemma_kv_nibble(b + 6, j) | gemma_kv_fifth(b + 2, j)) - 16));
+  } else if constexpr (Q == 4) {
+    const int level = gemma_kv_nibble(b + 8, j) | gemma_kv_fifth(b + 4, j);
+    return __fadd_rn(__fmul_rn(d, static_cast<float>(level)), gemma_kv_f16_at(b + 2));
+  } else {
+    return __fmul_rn(d, static_cast<float>(GEMMA_IQ4_NL_LEVELS[gemma_kv_nibble(b + 2, j)]));
+  }
+}
+
 template <int Q>
 __device__ __forceinline__ void gemma_kv_dequantize(const unsigned char* b, float y[32]) {
-  const float d = gemma_kv_f16_at(b);
-  for (int j = 0; j < 32; ++j) {
-    float v;
-    if constexpr (Q == 0) {
-      v = __fmul_rn(d, static_cast<float>(static_cast<signed char>(b[2 + j])));
-    } else if constexpr (Q == 1) {
-      v = __fmul_rn(d, static_cast<float>(gemma_kv_nibble(b + 2, j) - 8));
-    } else if constexpr (Q == 2) {
-      v = __fadd_rn(__fmul_rn(d, static_cast<float>(gemma_kv_nibble(b + 4, j))), gemma_kv_f16_at(b + 2));
-    } else if constexpr (Q == 3) {
-      v = __fmul_rn(d, static_cast<float>((gemma_kv_nibble(b + 6, j) | gemma_kv_fifth(b + 2, j)) - 16));
-    } else if constexpr (Q == 4) {
-      const int level = gemma_kv_nibble(b + 8, j) | gemma_kv_fifth(b + 4, j);
-      v = __fadd_rn(__fmul_rn(d, static_cast<float>(level)), gemma_kv_f16_at(b + 2));
-    } else {
-      v = __fmul_rn(d, static_cast<float>(GEMMA_IQ4_NL_LEVELS[gemma_kv_nibble(b + 2, j)]));
-    }
-    y[j] = v;
-  }
+  for (int j = 0; j < 32; ++j) y[j] = gemma_kv_value<Q>(b, j);
 }
 "#;
