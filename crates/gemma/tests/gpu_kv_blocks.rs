@@ -63,6 +63,19 @@ fn the_gpu_writes_and_reads_the_cpus_blocks() {
     }
 }
 
+/// Largest |Δ logit| allowed between the devices, as a share of the
+/// logits' spread, for keys stored in `keys`: the devices' float32
+/// projections differ in their last bits (8-bit keys: 0.6 % of the spread
+/// on the H100, 2026-12-06), and a 4-bit key level flips where a key lies
+/// near a level's edge (`q4_0` keys: 2.2 %).
+fn allowed(keys: GgufDtype) -> f32 {
+    if keys == GgufDtype::Q8_0 {
+        2e-2
+    } else {
+        5e-2
+    }
+}
+
 fn a_model_with_block_caches_decodes_on_the_gpu_as_on_the_cpu() {
     let mut model = tiny_model(8);
     let block = KvFormat::Block;
@@ -91,7 +104,7 @@ fn a_model_with_block_caches_decodes_on_the_gpu_as_on_the_cpu() {
                     "{keys}/{values}, kernels {kernels}, {steps:?}: max |Δ logit| {d:e} of {spread}"
                 );
                 assert!(
-                    d < 2e-2 * spread,
+                    d < allowed(keys) * spread,
                     "{keys}/{values}, kernels {kernels}, {steps:?}: {d}"
                 );
             }

@@ -40,10 +40,38 @@ template <> struct gemma_kv_type<5> { static constexpr int BYTES = 18; };
 __device__ const signed char GEMMA_IQ4_NL_LEVELS[16] = {
     -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
-// `v` as little-endian f16 bytes at `out`, rounded to nearest, ties to even.
+// The f16 bits of `v`, rounded to nearest, ties to even, in integer
+// arithmetic: NVRTC 13.0 for sm_90 stored 0 for the low byte of
+// `__float2half_rn`'s result when it was written as a byte (the H100,
+// 2026-12-06), so no f16 conversion instruction is used here.
+__device__ __forceinline__ unsigned int gemma_kv_f16_bits(float v) {
+  const unsigned int x = __float_as_uint(v);
+  const unsigned int sign = (x >> 16) & 0x8000u, mag = x & 0x7fffffffu;
+  unsigned int h;
+  if (mag > 0x7f800000u) {
+    h = 0x7e00u;
+  } else if (mag >= 0x477ff000u) {
+    h = 0x7c00u;
+  } else if (mag <= 0x33000000u) {
+    h = 0u;
+  } else if ((mag >> 23) < 113u) {
+    const unsigned int m = (mag & 0x7fffffu) | 0x800000u;
+    const unsigned int shift = 126u - (mag >> 23);
+    const unsigned int rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+    h = m >> shift;
+    if (rem > half || (rem == half && (h & 1u))) ++h;
+  } else {
+    const unsigned int r = mag - (112u << 23), rem = r & 0x1fffu;
+    h = r >> 13;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;
+  }
+  return sign | h;
+}
+
+// `v` as little-endian f16 bytes at `out`.
 __device__ __forceinline__ void gemma_kv_put_f16(unsigned char* out, float v) {
-  const unsigned short bits = __half_as_ushort(__float2half_rn(v));
-  out[0] = static_cast<unsigned char>(bits & 255);
+  const unsigned int bits = gemma_kv_f16_bits(v);
+  out[0] = static_cast<unsigned char>(bits & 255u);
   out[1] = static_cast<unsigned char>(bits >> 8);
 }
 

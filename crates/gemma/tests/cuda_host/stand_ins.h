@@ -44,32 +44,7 @@ inline float __fadd_rn(float a, float b) { return a + b; }
 // One lane stands for the warp: the driver sums the lanes itself.
 inline float __shfl_xor_sync(unsigned int, float v, int) { return v; }
 
-inline unsigned short __half_as_ushort(__half h) { return h.bits; }
-// f32 to f16, rounded to nearest, ties to even.
-inline __half __float2half_rn(float f) {
-  unsigned int x;
-  std::memcpy(&x, &f, 4);
-  const unsigned int sign = (x >> 16) & 0x8000u, mag = x & 0x7fffffffu;
-  unsigned int h;
-  if (mag > 0x7f800000u) {
-    h = 0x7e00u;
-  } else if (mag >= 0x477ff000u) {
-    h = 0x7c00u;
-  } else if (mag <= 0x33000000u) {
-    h = 0;
-  } else if ((mag >> 23) < 113) {
-    const unsigned int m = (mag & 0x7fffffu) | 0x800000u;
-    const int shift = 126 - static_cast<int>(mag >> 23);
-    const unsigned int rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
-    h = m >> shift;
-    if (rem > half || (rem == half && (h & 1))) ++h;
-  } else {
-    const unsigned int r = mag - (112u << 23), rem = r & 0x1fffu;
-    h = r >> 13;
-    if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) ++h;
-  }
-  return __half{static_cast<unsigned short>(sign | h)};
-}
+inline unsigned int __float_as_uint(float f) { unsigned int i; std::memcpy(&i, &f, 4); return i; }
 inline float __fsub_rn(float a, float b) { return a - b; }
 inline float __fdiv_rn(float a, float b) { return a / b; }
 inline double __dmul_rn(double a, double b) { return a * b; }
