@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Side by side on the GPU machine, on the same GGUF files (llama-quantize's
 # Q4_K_M or Q8_0 of random-weight Gemma 3 shapes, see
-# ../../../shared/llamacpp): gemma-mlx with the blocks as stored
+# ../../../shared/llamacpp, or the same layouts written directly by
+# mkgguf_blocks.py, which needs no F16 file): gemma-mlx with the blocks as stored
 # (`--weights native`), gemma-mlx with them dequantized to bfloat16, and llama.cpp's
 # llama-bench, alternating for ROUNDS rounds (default 2). Ours: prompt and
 # decode tokens per second for a PROMPT-token synthetic prompt and GEN
