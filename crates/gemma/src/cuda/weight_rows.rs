@@ -2,8 +2,8 @@
 //! holds its projections in: dense floats of the compute dtype, ggml's
 //! blocks as a GGUF file stores them, or MLX's affine quantization. The
 //! CUDA device functions here decode a lane's share of a row in registers
-//! (never written out): 32 values at a time for K-quants and MLX affine
-//! rows, 8 for the 32-value block types. [`WeightRows`] is one projection
+//! (never written out): 32 values at a time for every quantized format, 8
+//! for dense rows. [`WeightRows`] is one projection
 //! part as a kernel's inputs and template arguments. Test `cuda_host`
 //! compiles the device functions for the host and checks every format
 //! against the crate's dequantizer, on machines without a GPU too.
@@ -354,17 +354,18 @@ const DEQUANTIZE: &str = r#"
 
 /// The device functions; see the module documentation. `gemma_w8<WF, WB,
 /// WG, T>` holds a lane's 8 values `v … v + 7` of a row (`load` fetches
-/// their bytes, in as few loads as their alignment allows; `decode` gives
-/// them as `scale · q[k] + offset`, the 8 values always in one group of 16
-/// or more); `gemma_w32<WF>` a lane's 32 values of a K-quant row, dotted
-/// with the activations without a conversion instruction (the small
-/// integers enter a float's mantissa by a byte permutation), each
-/// sub-block's scale and minimum decoded once for its 16 or 32 values;
-/// `gemma_wdot_lane` dots a row with a vector in shared memory, a warp per
-/// row, with several steps' loads in flight at once (memory latency, not
-/// bandwidth, bounded a lane reading one step at a time, 12B Q4_K_M on the
-/// H200 decoding at 64 tok/s, 0.47 TB/s; 8 values a lane with an
-/// integer-to-float conversion each, 75 tok/s).
+/// their bytes; `decode` gives them as `scale · q[k] + offset`, the values
+/// of `crate::quant` bit for bit: the prompt path's dequantization, and the
+/// dense rows' products); `gemma_w32<WF, WB, WG, T>` a lane's 32 values of
+/// a quantized row (a 32-value block, a quarter of a K-quant block, or 32
+/// affine codes), dotted with the activations without a conversion
+/// instruction (the small integers enter a float's mantissa by a byte
+/// permutation), each scale decoded once; `gemma_wdot_lane` dots a row with
+/// a vector in shared memory, a warp per row, with several steps' loads in
+/// flight at once (memory latency, not bandwidth, bounded a lane reading
+/// one step at a time, 12B Q4_K_M on the H200 decoding at 64 tok/s, 0.47
+/// TB/s; 8 values a lane with an integer-to-float conversion each, 75
+/// tok/s).
 pub(super) const HEADER: &str = r#"
 __device__ __forceinline__ float gemma_f16_bits(unsigned short bits) {
   return __half2float(__ushort_as_half(bits));
@@ -603,29 +604,7 @@ __device__ __forceinline__ float gemma_int_float(int q) {
   return __int_as_float(0x4B400000 + q) - 12582912.0f;
 }
 
-// The dot of a lane's 8 values with 8 activations, added to `acc`.
-template <int WF, int WB, int WG, typename T>
-__device__ __forceinline__ float gemma_w8_dot(const gemma_w8<WF, WB, WG, T>& w, const float x[8], float acc) {
-  if constexpr (WF == 0) {
-    return acc + w.dot(x);
-  } else {
-    int q[8];
-    float scale, offset;
-    w.decode(q, scale, offset);
-    float xq = 0.0f;
-    #pragma unroll
-    for (int k = 0; k < 8; ++k) xq = fmaf(gemma_int_float(q[k]), x[k], xq);
-    if constexpr (WF == 4 || WF == 5 || WF == 7) {
-      float xsum = 0.0f;
-      #pragma unroll
-      for (int k = 0; k < 8; ++k) xsum += x[k];
-      acc = fmaf(offset, xsum, acc);
-    }
-    return fmaf(scale, xq, acc);
-  }
-}
-
-// Steps in flight of the 8-value lanes.
+// Steps in flight of the 8-value lanes (dense rows).
 constexpr int GEMMA_W8_STEPS = 8;
 
 // 8 bytes at `p` (aligned to 2) from aligned 4-byte loads, reading no byte
@@ -795,11 +774,10 @@ template <int WB, int WG, typename T> struct gemma_wa32 {
   template <typename U>
   __device__ __forceinline__ float dot(const U* xs, int c, float acc) const {
     float f = 0.0f, xsum = 0.0f;
-    // Values 8i … 8i + 7 at step (i + c) % 4: neighbouring lanes read
-    // activations from different banks.
+    // Values 8i … 8i + 7 at step (i + c / 2) % 4, as in gemma_wb32.
     #pragma unroll
     for (int step = 0; step < 4; ++step) {
-      const int i = (step + c) & 3;
+      const int i = (step + (c >> 1)) & 3;
       float x[8];
       gemma_x8(xs, 32 * c + 8 * i, x);
       if constexpr (WB == 4) {
@@ -831,27 +809,104 @@ template <int WB, int WG, typename T> struct gemma_wa32 {
   }
 };
 
+// The block of a 32-value block type (18, 22 or 34 bytes, 2-aligned) as
+// little-endian words from aligned 4-byte loads: word i holds bytes 4i …
+// 4i + 3, the last word its two bytes. No byte outside the block is read.
+template <int BYTES>
+__device__ __forceinline__ void gemma_block_words(const uint8_t* p, unsigned int (&w)[(BYTES + 2) / 4]) {
+  constexpr int N = (BYTES + 2) / 4;
+  const size_t at = reinterpret_cast<size_t>(p);
+  const unsigned int* a = reinterpret_cast<const unsigned int*>(at & ~static_cast<size_t>(3));
+  const unsigned int shift = (at & 2) ? 16u : 0u;
+  unsigned int raw[N];
+  #pragma unroll
+  for (int i = 0; i < N - 1; ++i) raw[i] = a[i];
+  raw[N - 1] = shift ? a[N - 1] : static_cast<unsigned int>(*reinterpret_cast<const unsigned short*>(p + BYTES - 2));
+  #pragma unroll
+  for (int i = 0; i < N - 1; ++i) w[i] = __funnelshift_r(raw[i], raw[i + 1], shift);
+  w[N - 1] = raw[N - 1] >> shift;
+}
+
+// Bits k … k + 3 of `bits` spread to bit 0 of bytes 0 … 3.
+__device__ __forceinline__ unsigned int gemma_spread4(unsigned int bits, int k) {
+  return (((bits >> k) & 15u) * 0x00204081u) & 0x01010101u;
+}
+
+// Q4_0, Q5_0 and Q8_0, a lane a block (chunk c: values 32c … 32c + 31),
+// each value exactly as 2^23 + q. Pieces of 8 values at step i: piece
+// (i + c / 2) % 4, so that the 8 lanes of a shared-memory phase read 8
+// different groups of banks (a lane's 64 bytes of activations start on
+// bank 0 or 16).
+template <int WF> struct gemma_wb32 {
+  static constexpr int BYTES = gemma_wblock<WF>::BYTES;
+  static constexpr int N = (BYTES + 2) / 4;
+  unsigned int w[N];
+  template <typename T>
+  __device__ __forceinline__ void load(const void* data, const T*, const T*, size_t row, int K, int c) {
+    const uint8_t* b = reinterpret_cast<const uint8_t*>(data) + (row * static_cast<size_t>(K / 32) + c) * BYTES;
+    gemma_block_words<BYTES>(b, w);
+  }
+  template <typename U>
+  __device__ __forceinline__ float dot(const U* xs, int c, float acc) const {
+    // The codes start at byte 6 (Q5_0) or 2: word j of them is the high
+    // half of block word AT + j and the low half of the next.
+    constexpr int AT = WF == 2 ? 1 : 0;
+    constexpr int WORDS = WF == 3 ? 8 : 4;
+    unsigned int code[WORDS];
+    #pragma unroll
+    for (int j = 0; j < WORDS; ++j) code[j] = __funnelshift_r(w[AT + j], w[AT + j + 1], 16);
+    const float d = gemma_f16_bits(static_cast<unsigned short>(w[0] & 0xffff));
+    const unsigned int high = WF == 2 ? __funnelshift_r(w[0], w[1], 16) : 0u;
+    constexpr float ZERO = WF == 3 ? 8388736.0f : (WF == 2 ? 8388624.0f : 8388616.0f);
+    float s = 0.0f;
+    #pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int p = (i + (c >> 1)) & 3;
+      float x[8];
+      gemma_x8(xs, 32 * c + 8 * p, x);
+      #pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        unsigned int q;
+        if constexpr (WF == 3) {
+          const unsigned int lo = p & 1 ? code[2 + h] : code[h];
+          const unsigned int hi = p & 1 ? code[6 + h] : code[4 + h];
+          q = (p & 2 ? hi : lo) ^ 0x80808080u;
+        } else {
+          q = (((p & 1) ? code[2 + h] : code[h]) >> (4 * (p >> 1))) & 0x0F0F0F0Fu;
+          if constexpr (WF == 2) q |= gemma_spread4(high, 8 * p + 4 * h) << 4;
+        }
+        const float* a = x + 4 * h;
+        s = fmaf(gemma_two23_plus<0>(q) - ZERO, a[0], s);
+        s = fmaf(gemma_two23_plus<1>(q) - ZERO, a[1], s);
+        s = fmaf(gemma_two23_plus<2>(q) - ZERO, a[2], s);
+        s = fmaf(gemma_two23_plus<3>(q) - ZERO, a[3], s);
+      }
+    }
+    return fmaf(d, s, acc);
+  }
+};
+
 template <int WF, int WB, int WG, typename T> struct gemma_w32;
 template <int WB, int WG, typename T> struct gemma_w32<4, WB, WG, T> : gemma_wk32<4> {};
 template <int WB, int WG, typename T> struct gemma_w32<5, WB, WG, T> : gemma_wk32<5> {};
 template <int WB, int WG, typename T> struct gemma_w32<6, WB, WG, T> : gemma_w6k32 {};
 template <int WB, int WG, typename T> struct gemma_w32<7, WB, WG, T> : gemma_wa32<WB, WG, T> {};
-
-// Whether a lane reads rows of format WF 32 values at a time.
-template <int WF> struct gemma_wide { static constexpr bool VALUE = WF >= 4; };
+template <int WB, int WG, typename T> struct gemma_w32<1, WB, WG, T> : gemma_wb32<1> {};
+template <int WB, int WG, typename T> struct gemma_w32<2, WB, WG, T> : gemma_wb32<2> {};
+template <int WB, int WG, typename T> struct gemma_w32<3, WB, WG, T> : gemma_wb32<3> {};
 
 // Steps of 32-value chunks in flight.
 constexpr int GEMMA_W32_STEPS = 4;
 
 // Row `row` (of `K` values, format WF) dotted with `xs` (`K` values of `U`
 // in shared memory): this lane's share, to be summed over the warp. Rows
-// of K-quants and MLX affine rows go 32 values a lane and 1,024 a warp at
-// a time; the others 8 and 256. The loads of several steps are issued before any is used.
+// of blocks and MLX affine rows go 32 values a lane and 1,024 a warp at a
+// time; dense rows 8 and 256. The loads of several steps are issued before any is used.
 template <int WF, int WB, int WG, typename T, typename U>
 __device__ __forceinline__ float gemma_wdot_lane(const void* data, const T* scales, const T* biases,
                                                  size_t row, int K, const U* xs, int lane) {
   float acc = 0.0f;
-  if constexpr (gemma_wide<WF>::VALUE) {
+  if constexpr (WF != 0) {
     constexpr int STEPS = GEMMA_W32_STEPS;
     const int chunks = K / 32;
     for (int c0 = lane; c0 < chunks; c0 += 32 * STEPS) {
@@ -878,7 +933,7 @@ __device__ __forceinline__ float gemma_wdot_lane(const void* data, const T* scal
         if (v0 + 256 * u < K) {
           float x[8];
           gemma_x8(xs, v0 + 256 * u, x);
-          acc = gemma_w8_dot(w[u], x, acc);
+          acc += w[u].dot(x);
         }
       }
     }
