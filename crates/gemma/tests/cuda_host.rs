@@ -74,7 +74,17 @@ fn activations(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
+/// `values` with the low 16 bits of each cleared: bfloat16 values, which
+/// the driver passes to the readers as bfloat16 (the GPU's activations).
+fn bfloat16_values(values: &[f32]) -> Vec<f32> {
+    values
+        .iter()
+        .map(|v| f32::from_bits(v.to_bits() & 0xFFFF_0000))
+        .collect()
+}
+
 /// MLX affine rows: bits, group, scales and biases (one per group).
+#[derive(Clone, Copy)]
 struct Affine<'a> {
     bits: usize,
     group: usize,
@@ -83,13 +93,14 @@ struct Affine<'a> {
 }
 
 /// The driver's products of `rows` rows of `cols` values in CUDA format
-/// `format` held in `data`.
+/// `format` held in `data`, the activations `x` passed as bfloat16 where
+/// `bf16` (they must be bfloat16 values).
 fn driver_products(
     (driver, dir): (&Path, &Path),
     format: i32,
     (rows, cols): (usize, usize),
     data: &[u8],
-    x: &[f32],
+    (x, bf16): (&[f32], bool),
     affine: Option<Affine<'_>>,
 ) -> Vec<f64> {
     let file = |name: &str, bytes: &[u8]| {
@@ -107,6 +118,9 @@ fn driver_products(
             .args([a.bits.to_string(), a.group.to_string()])
             .arg(file("scales.bin", bytemuck::cast_slice(a.scales)))
             .arg(file("biases.bin", bytemuck::cast_slice(a.biases)));
+    }
+    if bf16 {
+        command.arg("bf16");
     }
     let out = command.output().unwrap();
     assert!(
@@ -141,16 +155,20 @@ fn each_block_type_multiplies_as_its_dequantized_values_on_the_host() {
             seed += 1;
             let blocks = random_blocks(dtype, rows * cols / block, seed);
             let values = dequantize(dtype, &blocks).unwrap();
-            let x = activations(cols, seed);
-            let ours = driver_products(
-                (&driver, dir.path()),
-                format,
-                (rows, cols),
-                &blocks,
-                &x,
-                None,
-            );
-            assert_close(&ours, &values, &x, &format!("{dtype}, {cols} values"));
+            for bf16 in [false, true] {
+                let x = activations(cols, seed);
+                let x = if bf16 { bfloat16_values(&x) } else { x };
+                let ours = driver_products(
+                    (&driver, dir.path()),
+                    format,
+                    (rows, cols),
+                    &blocks,
+                    (&x, bf16),
+                    None,
+                );
+                let what = format!("{dtype}, {cols} values, bfloat16 activations: {bf16}");
+                assert_close(&ours, &values, &x, &what);
+            }
         }
     }
 }
@@ -204,27 +222,27 @@ fn mlx_affine_rows_multiply_as_their_values_on_the_host() {
                     scales[i / group] * q as f32 + biases[i / group]
                 })
                 .collect();
-            let x = activations(cols, seed + 3);
             let affine = Affine {
                 bits,
                 group,
                 scales: &scales,
                 biases: &biases,
             };
-            let ours = driver_products(
-                (&driver, dir.path()),
-                7,
-                (rows, cols),
-                codes,
-                &x,
-                Some(affine),
-            );
-            assert_close(
-                &ours,
-                &values,
-                &x,
-                &format!("{bits}-bit affine, group {group}"),
-            );
+            for bf16 in [false, true] {
+                let x = activations(cols, seed + 3);
+                let x = if bf16 { bfloat16_values(&x) } else { x };
+                let ours = driver_products(
+                    (&driver, dir.path()),
+                    7,
+                    (rows, cols),
+                    codes,
+                    (&x, bf16),
+                    Some(affine),
+                );
+                let what =
+                    format!("{bits}-bit affine, group {group}, bfloat16 activations: {bf16}");
+                assert_close(&ours, &values, &x, &what);
+            }
         }
     }
 }

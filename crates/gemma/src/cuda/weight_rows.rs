@@ -410,6 +410,10 @@ __device__ __forceinline__ int gemma_hbyte(const uint4& h, int j) {
   return static_cast<int>((w >> (8 * (j & 3))) & 255);
 }
 
+// Whether U is bfloat16 (whose bits widen to a float's by a shift).
+template <typename U> struct gemma_is_bf16 { static constexpr bool value = false; };
+template <> struct gemma_is_bf16<__nv_bfloat16> { static constexpr bool value = true; };
+
 template <int WF, int WB, int WG, typename T> struct gemma_w8;
 
 // Dense values of T.
@@ -586,17 +590,34 @@ template <int WB, int WG, typename T> struct gemma_w8<7, WB, WG, T> {
 };
 
 // Values v … v + 7 of `xs` (aligned to 16 bytes, `v` a multiple of 8) in
-// 16-byte loads.
+// 16-byte loads. Bfloat16 values widen by a shift or a mask each (the
+// generic conversion takes two instructions for every odd one).
 template <typename U>
 __device__ __forceinline__ void gemma_x8(const U* xs, int v, float out[8]) {
   constexpr int CHUNKS = static_cast<int>(8 * sizeof(U)) / 16;
   uint4 raw[CHUNKS];
   #pragma unroll
   for (int c = 0; c < CHUNKS; ++c) raw[c] = reinterpret_cast<const uint4*>(xs + v)[c];
-  const U* u = reinterpret_cast<const U*>(raw);
-  #pragma unroll
-  for (int k = 0; k < 8; ++k) out[k] = static_cast<float>(u[k]);
+  if constexpr (gemma_is_bf16<U>::value) {
+    #pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const unsigned int w = gemma_word(raw[0], k);
+      out[2 * k] = __uint_as_float(w << 16);
+      out[2 * k + 1] = __uint_as_float(w & 0xFFFF0000u);
+    }
+  } else {
+    const U* u = reinterpret_cast<const U*>(raw);
+    #pragma unroll
+    for (int k = 0; k < 8; ++k) out[k] = static_cast<float>(u[k]);
+  }
 }
+
+// A lane's 32 activations of a chunk as the 32-value readers take them:
+// step i's 8 values (from the reader's `piece(c, i)`) and their sum.
+struct gemma_x32 {
+  float v[4][8];
+  float sum[4];
+};
 
 // `q` (|q| < 2^22) as a float, by integer and float additions: the
 // conversion instruction runs at an eighth of the rate of a multiply-add.
@@ -657,40 +678,68 @@ template <int WF> struct gemma_wk32 {
     qs = *reinterpret_cast<const uint4*>(b + (WF == 4 ? 16 : 48) + 16 * r);
     if constexpr (WF == 5) qh = *reinterpret_cast<const uint4*>(b + 16 + 16 * (r & 1));
   }
-  template <typename U>
-  __device__ __forceinline__ float dot(const U* xs, int c, float acc) const {
+  // Where step i's 8 activations start: bytes 8·half … of the 16, low
+  // nibbles (sub-block 2g) or high (2g + 1) as `hi`, with half = (i + g) % 2
+  // and hi = (i / 2 + g / 2) % 2, so that the 8 lanes of a block read
+  // activations from 8 different banks at every step, and steps 0-1 and
+  // 2-3 each cover one sub-block.
+  static __device__ __forceinline__ int piece(int c, int i) {
     const int r = c & 7, g = r >> 1;
-    const int v = (c >> 3) * 256 + 64 * g + 16 * (r & 1);
-    int sc0, m0, sc1, m1;
-    gemma_k_scale_min(head, 2 * g, sc0, m0);
-    gemma_k_scale_min(head, 2 * g + 1, sc1, m1);
+    const int half = (i + g) & 1, hi = ((i >> 1) + (g >> 1)) & 1;
+    return (c >> 3) * 256 + 64 * g + 16 * (r & 1) + 8 * half + 32 * hi;
+  }
+  __device__ __forceinline__ float dot(const gemma_x32& xv, int c, float acc) const {
+    const int g = (c & 7) >> 1;
+    // The 6-bit scales and minimums of sub-blocks 2g and 2g + 1, a byte
+    // each in the low half of `sc` and `mn` (ggml's get_scale_min_k4 for
+    // both at once; the header's words y, z, w hold scale bytes 0-11).
+    const int shift = 16 * (g & 1);
+    const unsigned int a = head.y >> shift, b = head.z >> shift, e = head.w >> shift;
+    const bool upper = g >= 2;
+    const unsigned int sc = upper ? (e & 0x0F0Fu) | ((a >> 2) & 0x3030u) : a & 0x3F3Fu;
+    const unsigned int mn = upper ? ((e >> 4) & 0x0F0Fu) | ((b >> 2) & 0x3030u) : b & 0x3F3Fu;
     const float d = gemma_f16_bits(static_cast<unsigned short>(head.x & 0xffff));
     const float dmin = gemma_f16_bits(static_cast<unsigned short>(head.x >> 16));
-    const float scale[2] = {__fmul_rn(d, gemma_int_float(sc0)), __fmul_rn(d, gemma_int_float(sc1))};
-    const float minimum[2] = {__fmul_rn(dmin, gemma_int_float(m0)), __fmul_rn(dmin, gemma_int_float(m1))};
-    // Piece p of the lane's four of 8 values (low or high nibbles p / 2,
-    // bytes 8·(p % 2) …): lane g takes piece (i + g) % 4 at step i, so that
-    // the 8 lanes of a block read activations from 8 different banks.
+    const float scale[2] = {__fmul_rn(d, gemma_two23_plus<0>(sc) - 8388608.0f),
+                            __fmul_rn(d, gemma_two23_plus<1>(sc) - 8388608.0f)};
+    const float minimum[2] = {__fmul_rn(dmin, gemma_two23_plus<0>(mn) - 8388608.0f),
+                              __fmul_rn(dmin, gemma_two23_plus<1>(mn) - 8388608.0f)};
+    // Even steps take bytes 8·(g % 2) …, odd ones the other 8.
+    const bool odd = g & 1;
+    const unsigned int first[2] = {odd ? qs.z : qs.x, odd ? qs.w : qs.y};
+    const unsigned int second[2] = {odd ? qs.x : qs.z, odd ? qs.y : qs.w};
+    unsigned int fifth_first[2] = {0u, 0u}, fifth_second[2] = {0u, 0u};
+    if constexpr (WF == 5) {
+      fifth_first[0] = odd ? qh.z : qh.x;
+      fifth_first[1] = odd ? qh.w : qh.y;
+      fifth_second[0] = odd ? qh.x : qh.z;
+      fifth_second[1] = odd ? qh.y : qh.w;
+    }
     #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int p = (i + g) & 3, hi = p >> 1, half = p & 1;
-      float x[8];
-      gemma_x8(xs, v + 8 * half + 32 * hi, x);
-      unsigned int q[2] = {((half ? qs.z : qs.x) >> (4 * hi)) & 0x0F0F0F0Fu,
-                           ((half ? qs.w : qs.y) >> (4 * hi)) & 0x0F0F0F0Fu};
-      if constexpr (WF == 5) {
-        q[0] |= (((half ? qh.z : qh.x) >> (2 * g + hi)) & 0x01010101u) << 4;
-        q[1] |= (((half ? qh.w : qh.y) >> (2 * g + hi)) & 0x01010101u) << 4;
-      }
+    for (int pair = 0; pair < 2; ++pair) {
+      const int hi = (pair + (g >> 1)) & 1;
       float f = 0.0f;
       #pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        f = fmaf(gemma_half_plus<0>(q[j]), x[4 * j], f);
-        f = fmaf(gemma_half_plus<1>(q[j]), x[4 * j + 1], f);
-        f = fmaf(gemma_half_plus<2>(q[j]), x[4 * j + 2], f);
-        f = fmaf(gemma_half_plus<3>(q[j]), x[4 * j + 3], f);
+      for (int k = 0; k < 2; ++k) {
+        const int i = 2 * pair + k;
+        const float* x = xv.v[i];
+        const unsigned int* words = k ? second : first;
+        unsigned int q[2] = {(words[0] >> (4 * hi)) & 0x0F0F0F0Fu, (words[1] >> (4 * hi)) & 0x0F0F0F0Fu};
+        if constexpr (WF == 5) {
+          const unsigned int* fifth = k ? fifth_second : fifth_first;
+          q[0] |= ((fifth[0] >> (2 * g + hi)) & 0x01010101u) << 4;
+          q[1] |= ((fifth[1] >> (2 * g + hi)) & 0x01010101u) << 4;
+        }
+        #pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          f = fmaf(gemma_half_plus<0>(q[j]), x[4 * j], f);
+          f = fmaf(gemma_half_plus<1>(q[j]), x[4 * j + 1], f);
+          f = fmaf(gemma_half_plus<2>(q[j]), x[4 * j + 2], f);
+          f = fmaf(gemma_half_plus<3>(q[j]), x[4 * j + 3], f);
+        }
       }
-      const float xsum = ((x[0] + x[1]) + (x[2] + x[3])) + ((x[4] + x[5]) + (x[6] + x[7]));
+      // The sub-block's 16 values: Σ q·x = 256·Σ f·x − 128·Σ x.
+      const float xsum = xv.sum[2 * pair] + xv.sum[2 * pair + 1];
       acc = fmaf(hi ? scale[1] : scale[0], fmaf(256.0f, f, -128.0f * xsum), acc);
       acc = fmaf(-(hi ? minimum[1] : minimum[0]), xsum, acc);
     }
@@ -720,18 +769,20 @@ struct gemma_w6k32 {
     sc = gemma_bytes8_a2w(b + 192 + 8 * p);
     d = gemma_u16(b + 208);
   }
-  template <typename U>
-  __device__ __forceinline__ float dot(const U* xs, int c, float acc) const {
+  // Where step i's 8 activations start: group (i + p) % 4 (below).
+  static __device__ __forceinline__ int piece(int c, int i) {
+    const int p = (c >> 2) & 1;
+    return (c >> 3) * 256 + 128 * p + 8 * (c & 3) + 32 * ((i + p) & 3);
+  }
+  __device__ __forceinline__ float dot(const gemma_x32& xv, int c, float acc) const {
     const int p = (c >> 2) & 1, m = c & 3;
-    const int v = (c >> 3) * 256 + 128 * p + 8 * m;
     const float dd = gemma_f16_bits(d);
     // Group t = (i + p) % 4 at step i: the two halves' lanes of a block
     // read activations from different banks.
     #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int t = (i + p) & 3;
-      float x[8];
-      gemma_x8(xs, v + 32 * t, x);
+      const float* x = xv.v[i];
       const unsigned int low[2] = {(t & 1) ? lb.x : la.x, (t & 1) ? lb.y : la.y};
       const unsigned int high[2] = {hb.x, hb.y};
       float s = 0.0f;
@@ -771,15 +822,16 @@ template <int WB, int WG, typename T> struct gemma_wa32 {
     sc = scales[g];
     bi = biases[g];
   }
-  template <typename U>
-  __device__ __forceinline__ float dot(const U* xs, int c, float acc) const {
+  // Values 8i … 8i + 7 at step (i + c / 2) % 4, as in gemma_wb32.
+  static __device__ __forceinline__ int piece(int c, int step) {
+    return 32 * c + 8 * ((step + (c >> 1)) & 3);
+  }
+  __device__ __forceinline__ float dot(const gemma_x32& xv, int c, float acc) const {
     float f = 0.0f, xsum = 0.0f;
-    // Values 8i … 8i + 7 at step (i + c / 2) % 4, as in gemma_wb32.
     #pragma unroll
     for (int step = 0; step < 4; ++step) {
       const int i = (step + (c >> 1)) & 3;
-      float x[8];
-      gemma_x8(xs, 32 * c + 8 * i, x);
+      const float* x = xv.v[step];
       if constexpr (WB == 4) {
         const unsigned int word = gemma_word(w[0], i);
         const unsigned int lo = word & 0x0F0F0F0Fu, hi = (word >> 4) & 0x0F0F0F0Fu;
@@ -802,7 +854,7 @@ template <int WB, int WG, typename T> struct gemma_wa32 {
           f = fmaf(gemma_two23_plus<3>(q) - 8388608.0f, x[4 * j + 3], f);
         }
       }
-      xsum += ((x[0] + x[1]) + (x[2] + x[3])) + ((x[4] + x[5]) + (x[6] + x[7]));
+      xsum += xv.sum[step];
     }
     const float q = WB == 4 ? fmaf(256.0f, f, -128.0f * xsum) : f;
     return fmaf(static_cast<float>(sc), q, fmaf(static_cast<float>(bi), xsum, acc));
@@ -846,8 +898,9 @@ template <int WF> struct gemma_wb32 {
     const uint8_t* b = reinterpret_cast<const uint8_t*>(data) + (row * static_cast<size_t>(K / 32) + c) * BYTES;
     gemma_block_words<BYTES>(b, w);
   }
-  template <typename U>
-  __device__ __forceinline__ float dot(const U* xs, int c, float acc) const {
+  // Where step i's 8 activations start: piece (i + c / 2) % 4.
+  static __device__ __forceinline__ int piece(int c, int i) { return 32 * c + 8 * ((i + (c >> 1)) & 3); }
+  __device__ __forceinline__ float dot(const gemma_x32& xv, int c, float acc) const {
     // The codes start at byte 6 (Q5_0) or 2: word j of them is the high
     // half of block word AT + j and the low half of the next.
     constexpr int AT = WF == 2 ? 1 : 0;
@@ -862,8 +915,7 @@ template <int WF> struct gemma_wb32 {
     #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int p = (i + (c >> 1)) & 3;
-      float x[8];
-      gemma_x8(xs, 32 * c + 8 * p, x);
+      const float* x = xv.v[i];
       #pragma unroll
       for (int h = 0; h < 2; ++h) {
         unsigned int q;
@@ -901,23 +953,36 @@ constexpr int GEMMA_W32_STEPS = 4;
 // Row `row` (of `K` values, format WF) dotted with `xs` (`K` values of `U`
 // in shared memory): this lane's share, to be summed over the warp. Rows
 // of blocks and MLX affine rows go 32 values a lane and 1,024 a warp at a
-// time; dense rows 8 and 256. The loads of several steps are issued before any is used.
+// time, each chunk's activations widened and summed in pieces of 8 before
+// its reader takes them; dense rows 8 and 256. The loads of several steps
+// are issued before any is used.
 template <int WF, int WB, int WG, typename T, typename U>
 __device__ __forceinline__ float gemma_wdot_lane(const void* data, const T* scales, const T* biases,
                                                  size_t row, int K, const U* xs, int lane) {
   float acc = 0.0f;
   if constexpr (WF != 0) {
+    using W = gemma_w32<WF, WB, WG, T>;
     constexpr int STEPS = GEMMA_W32_STEPS;
     const int chunks = K / 32;
     for (int c0 = lane; c0 < chunks; c0 += 32 * STEPS) {
-      gemma_w32<WF, WB, WG, T> w[STEPS];
+      W w[STEPS];
       #pragma unroll
       for (int u = 0; u < STEPS; ++u) {
         if (c0 + 32 * u < chunks) w[u].load(data, scales, biases, row, K, c0 + 32 * u);
       }
       #pragma unroll
       for (int u = 0; u < STEPS; ++u) {
-        if (c0 + 32 * u < chunks) acc = w[u].dot(xs, c0 + 32 * u, acc);
+        const int c = c0 + 32 * u;
+        if (c < chunks) {
+          gemma_x32 x;
+          #pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            gemma_x8(xs, W::piece(c, i), x.v[i]);
+            const float* v = x.v[i];
+            x.sum[i] = ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+          }
+          acc = w[u].dot(x, c, acc);
+        }
       }
     }
   } else {

@@ -14,6 +14,7 @@ struct uint2 { unsigned int x, y; };
 inline uint2 make_uint2(unsigned int x, unsigned int y) { return uint2{x, y}; }
 
 struct __half { unsigned short bits; };
+struct __nv_bfloat16 { unsigned short bits; };
 inline __half __ushort_as_half(unsigned short bits) { return __half{bits}; }
 inline float __half2float(__half h) {
   const unsigned int sign = h.bits >> 15, exponent = (h.bits >> 10) & 31, mantissa = h.bits & 1023;
