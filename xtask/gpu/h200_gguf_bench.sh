@@ -9,8 +9,12 @@
 # generated tokens, peak GPU memory, and the process's start to its first
 # token (wall time less the decode after the first token). llama.cpp:
 # `-p PROMPT -n 0` (prompt) and `-p 0 -n GEN -d PROMPT` (decode after a
-# PROMPT-token context, as ours measures it), flash attention on. Run after
-# ../shared/gpu/setup-mlx-cuda.sh has written /tmp/site/env.sh.
+# PROMPT-token context, as ours measures it), flash attention on. Ours warm:
+# `gemma-mlx bench` with the blocks as stored, one process, a short warm-up
+# generation first, then the same prompt and generation timed (prompt
+# figures comparable with llama-bench's, which also exclude the process's
+# start). Run after ../shared/gpu/setup-mlx-cuda.sh has written
+# /tmp/site/env.sh.
 # Usage: h200_gguf_bench.sh BINARY PROMPT_TOKENS GEN_TOKENS FILE...
 # LLAMA_BENCH names llama-bench (skipped when unset).
 set -uo pipefail
@@ -18,7 +22,16 @@ set -uo pipefail
 bin=$1 prompt=$2 gen=$3
 shift 3
 errors=$(mktemp)
-trap 'rm -f "$errors"' EXIT
+plan=$(mktemp)
+trap 'rm -f "$errors" "$plan"' EXIT
+# The warm plan: <bos> and PROMPT - 1 ordinary ids (as --synthetic-prompt),
+# GEN tokens, the same logit biases.
+PROMPT=$prompt GEN=$gen python3 -c '
+import json, os
+n, gen = int(os.environ["PROMPT"]), int(os.environ["GEN"])
+ids = [2] + [3 + (i * 7919 + 11) % 20000 for i in range(n - 1)]
+print(json.dumps({"warmup": True, "logit_bias": {"1": -1e30, "106": -1e30},
+                  "cases": [{"name": "warm", "prompt": ids, "max_tokens": gen}]}))' >"$plan"
 ours() { # file, extra flags; a failed run prints the end of its error output
     local start end out
     start=$(date +%s.%N)
@@ -33,6 +46,18 @@ print(json.dumps({"prompt_tps": round(r["prompt_tps"]), "generation_tps": round(
                   "peak_gb": round(r["peak_memory_bytes"] / 1e9, 2), "ttft_s": round(r["ttft_s"], 3),
                   "start_to_first_token_s": round(float(os.environ["END"]) - float(os.environ["START"]) - decode, 2),
                   "weights": r.get("weights")}))'
+    else
+        echo "failed: $(tail -3 "$errors" | tr '\n' ' ')"
+    fi
+}
+warm() { # file: ours as stored, in one process after a warm-up
+    local out
+    if out=$("$bin" bench --plan "$plan" --model "$1" --device gpu --weights native 2>"$errors"); then
+        tail -1 <<<"$out" | python3 -c '
+import json, sys
+r = json.load(sys.stdin)["results"][0]
+print(json.dumps({"prompt_tps": round(r["prompt_tps"]), "generation_tps": round(r["generation_tps"], 1),
+                  "peak_gb": round(r["peak_memory_bytes"] / 1e9, 2)}))'
     else
         echo "failed: $(tail -3 "$errors" | tr '\n' ' ')"
     fi
@@ -53,6 +78,7 @@ for file in "$@"; do
     echo "ours first run        $name: $(ours "$file" --weights native)"
     for round in $(seq "${ROUNDS:-2}"); do
         echo "ours as stored        $name round $round: $(ours "$file" --weights native)"
+        echo "ours as stored, warm  $name round $round: $(warm "$file")"
         echo "ours dequantized      $name round $round: $(ours "$file" --weights dequantized)"
         echo "llama.cpp decode      $name round $round: $(llama "$file" -p 0 -n "$gen" -d "$prompt")"
         echo "llama.cpp prompt      $name round $round: $(llama "$file" -p "$prompt" -n 0)"
