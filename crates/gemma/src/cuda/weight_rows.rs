@@ -651,6 +651,15 @@ __device__ __forceinline__ float gemma_two23_plus(unsigned int q) {
   return __uint_as_float(__byte_perm(q, 0x4B000000u, 0x7540 | k));
 }
 
+// The two 8-byte halves of `v`, the second one first where `swap`.
+__device__ __forceinline__ void gemma_halves(const uint4& v, bool swap, unsigned int (&first)[2],
+                                             unsigned int (&second)[2]) {
+  first[0] = swap ? v.z : v.x;
+  first[1] = swap ? v.w : v.y;
+  second[0] = swap ? v.x : v.z;
+  second[1] = swap ? v.y : v.w;
+}
+
 // The block of K-quant row `row` (of `K` values) holding chunk c (values
 // 32c … 32c + 31).
 template <int WF>
@@ -705,16 +714,9 @@ template <int WF> struct gemma_wk32 {
     const float minimum[2] = {__fmul_rn(dmin, gemma_two23_plus<0>(mn) - 8388608.0f),
                               __fmul_rn(dmin, gemma_two23_plus<1>(mn) - 8388608.0f)};
     // Even steps take bytes 8·(g % 2) …, odd ones the other 8.
-    const bool odd = g & 1;
-    const unsigned int first[2] = {odd ? qs.z : qs.x, odd ? qs.w : qs.y};
-    const unsigned int second[2] = {odd ? qs.x : qs.z, odd ? qs.y : qs.w};
-    unsigned int fifth_first[2] = {0u, 0u}, fifth_second[2] = {0u, 0u};
-    if constexpr (WF == 5) {
-      fifth_first[0] = odd ? qh.z : qh.x;
-      fifth_first[1] = odd ? qh.w : qh.y;
-      fifth_second[0] = odd ? qh.x : qh.z;
-      fifth_second[1] = odd ? qh.y : qh.w;
-    }
+    unsigned int first[2], second[2], fifth_first[2] = {0u, 0u}, fifth_second[2] = {0u, 0u};
+    gemma_halves(qs, g & 1, first, second);
+    if constexpr (WF == 5) gemma_halves(qh, g & 1, fifth_first, fifth_second);
     #pragma unroll
     for (int pair = 0; pair < 2; ++pair) {
       const int hi = (pair + (g >> 1)) & 1;
