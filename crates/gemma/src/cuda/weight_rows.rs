@@ -807,6 +807,13 @@ struct gemma_w6k32 {
   }
 };
 
+// Which 8 values of a lane's 32 (chunk c, values 32c … 32c + 31) the
+// affine and 32-value block readers take at step i: piece (i + c / 2) % 4,
+// so that the 8 lanes of a shared-memory phase read 8 different groups of
+// banks; and where those values start.
+__device__ __forceinline__ int gemma_block32_order(int c, int i) { return (i + (c >> 1)) & 3; }
+__device__ __forceinline__ int gemma_block32_piece(int c, int i) { return 32 * c + 8 * gemma_block32_order(c, i); }
+
 // MLX affine rows, 32 values a lane (chunk c: values 32c … 32c + 31, in
 // one group): WB-bit codes (4 bits: one 16-byte load, value 8i + k in bits
 // 4k of word i; 8 bits: two) with the group's scale and bias. 4-bit codes
@@ -824,15 +831,12 @@ template <int WB, int WG, typename T> struct gemma_wa32 {
     sc = scales[g];
     bi = biases[g];
   }
-  // Values 8i … 8i + 7 at step (i + c / 2) % 4, as in gemma_wb32.
-  static __device__ __forceinline__ int piece(int c, int step) {
-    return 32 * c + 8 * ((step + (c >> 1)) & 3);
-  }
+  static __device__ __forceinline__ int piece(int c, int step) { return gemma_block32_piece(c, step); }
   __device__ __forceinline__ float dot(const gemma_x32& xv, int c, float acc) const {
     float f = 0.0f, xsum = 0.0f;
     #pragma unroll
     for (int step = 0; step < 4; ++step) {
-      const int i = (step + (c >> 1)) & 3;
+      const int i = gemma_block32_order(c, step);
       const float* x = xv.v[step];
       if constexpr (WB == 4) {
         const unsigned int word = gemma_word(w[0], i);
@@ -900,8 +904,7 @@ template <int WF> struct gemma_wb32 {
     const uint8_t* b = reinterpret_cast<const uint8_t*>(data) + (row * static_cast<size_t>(K / 32) + c) * BYTES;
     gemma_block_words<BYTES>(b, w);
   }
-  // Where step i's 8 activations start: piece (i + c / 2) % 4.
-  static __device__ __forceinline__ int piece(int c, int i) { return 32 * c + 8 * ((i + (c >> 1)) & 3); }
+  static __device__ __forceinline__ int piece(int c, int i) { return gemma_block32_piece(c, i); }
   __device__ __forceinline__ float dot(const gemma_x32& xv, int c, float acc) const {
     // The codes start at byte 6 (Q5_0) or 2: word j of them is the high
     // half of block word AT + j and the low half of the next.
@@ -916,7 +919,7 @@ template <int WF> struct gemma_wb32 {
     float s = 0.0f;
     #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const int p = (i + (c >> 1)) & 3;
+      const int p = gemma_block32_order(c, i);
       const float* x = xv.v[i];
       #pragma unroll
       for (int h = 0; h < 2; ++h) {
