@@ -24,8 +24,9 @@ shift 3
 errors=$(mktemp)
 plan=$(mktemp)
 trap 'rm -f "$errors" "$plan"' EXIT
-# The warm plan: <bos> and PROMPT - 1 ordinary ids (as --synthetic-prompt),
-# GEN tokens, the same logit biases.
+# The warm plan: <bos> and PROMPT - 1 ordinary ids (as many as
+# --synthetic-prompt gives, not the same ones), GEN tokens, the same logit
+# biases.
 PROMPT=$prompt GEN=$gen python3 -c '
 import json, os
 n, gen = int(os.environ["PROMPT"]), int(os.environ["GEN"])
