@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::blocks::random_blocks;
-use gemma::cuda::weight_rows_source;
+use gemma::cuda::{tensor_core_source, weight_rows_source};
 use gemma::quant::{
     dequantize, dequantize_into, kv_block_type, quantize_into, GgufDtype, KV_BLOCKS_CUDA,
     QUANTIZABLE,
@@ -44,7 +44,13 @@ fn build(dir: &Path, name: &str, source: &str) -> PathBuf {
     let program = dir.join(name);
     let compiler = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
     let out = Command::new(&compiler)
-        .args(["-std=c++17", "-O2", "-fno-strict-aliasing", "-I"])
+        .args([
+            "-std=c++17",
+            "-O2",
+            "-pthread",
+            "-fno-strict-aliasing",
+            "-I",
+        ])
         .arg(dir)
         .arg("-I")
         .arg(&sources)
@@ -187,6 +193,85 @@ fn assert_close(ours: &[f64], values: &[f32], x: &[f32], what: &str) {
             "{what}, row {r}: {} against {exact} (Σ|w·x| {scale})",
             ours[r]
         );
+    }
+}
+
+/// The tensor-core driver's products (`tests/cuda_host/tiles.cpp`) of
+/// `rows` rows of `cols` values in CUDA format `format`, the units of each
+/// tile dealt to `slices` warps.
+fn tile_products(
+    (driver, dir): (&Path, &Path),
+    format: i32,
+    (rows, cols): (usize, usize),
+    data: &[u8],
+    x: &[f32],
+    slices: usize,
+) -> Vec<f64> {
+    let (w, xf) = (dir.join("w.bin"), dir.join("x.bin"));
+    std::fs::write(&w, data).unwrap();
+    std::fs::write(&xf, bytemuck::cast_slice(x)).unwrap();
+    let out = Command::new(driver)
+        .args([format.to_string(), rows.to_string(), cols.to_string()])
+        .args([&w, &xf])
+        .arg(slices.to_string())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect()
+}
+
+#[test]
+fn each_block_type_multiplies_as_its_dequantized_values_on_the_host_tensor_cores() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = format!("{}{}", weight_rows_source(), tensor_core_source());
+    let driver = build(dir.path(), "tiles", &source);
+    let rows = 32;
+    let mut seed = 200;
+    for (dtype, format) in FORMATS {
+        let block = dtype.block_size() as usize;
+        // One block to 15 blocks of 256 (12B's hidden size; Q6_K rows of an
+        // odd number of blocks start 2 bytes off a 4-byte edge).
+        let widths: &[usize] = if block == 256 {
+            &[256, 768, 3840]
+        } else {
+            &[32, 288, 1152]
+        };
+        for &cols in widths {
+            seed += 1;
+            let blocks = random_blocks(dtype, rows * cols / block, seed);
+            let values = dequantize(dtype, &blocks).unwrap();
+            // Activations of very different sizes: the float16 operands'
+            // scale follows the largest.
+            for magnitude in [1.0f32, 3.0e4, 1.0e-3] {
+                let x: Vec<f32> = activations(cols, seed)
+                    .iter()
+                    .map(|v| v * magnitude)
+                    .collect();
+                let x = bfloat16_values(&x);
+                for slices in [1, 3] {
+                    let ours = tile_products(
+                        (&driver, dir.path()),
+                        format,
+                        (rows, cols),
+                        &blocks,
+                        &x,
+                        slices,
+                    );
+                    let what = format!(
+                        "tensor cores, {dtype}, {cols} values, activations ×{magnitude}, {slices} slices"
+                    );
+                    assert_close(&ours, &values, &x, &what);
+                }
+            }
+        }
     }
 }
 

@@ -179,6 +179,45 @@ fn gguf_and_affine_rows_multiply_one_row_as_their_values_do() {
     }
 }
 
+#[test]
+fn gguf_rows_multiply_one_row_on_the_tensor_cores_as_their_values_do() {
+    if !on_gpu() {
+        return;
+    }
+    // Tiles of 16 rows and bfloat16 activations take the tensor-core GEMV
+    // for the block types GEMMA_MLX_TENSOR_CORES names (by default the
+    // K-quants; `q4_0,q5_0,q8_0,q4_k,q5_k,q6_k` checks every reader), the
+    // scalar one for the others.
+    let key = random::key(6).unwrap();
+    let (rows, cols) = (48, 768);
+    use GgufDtype::*;
+    for (n, dtype) in [Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K].into_iter().enumerate() {
+        let blocks = random_blocks(
+            dtype,
+            rows * cols / dtype.block_size() as usize,
+            40 + n as u64,
+        );
+        let values = dequantize(dtype, &blocks).unwrap();
+        let g = matrix(dtype, &blocks, rows, cols);
+        let w = WeightRows::blocks(&g)
+            .unwrap()
+            .expect("a type the kernels read");
+        let x = random::normal(&[1, 1, cols as i32], Dtype::Float32, 0.0, 1.0, Some(&key))
+            .unwrap()
+            .astype(Dtype::Bfloat16)
+            .unwrap();
+        let ours = floats(&rows_gemv(&x, &w).unwrap());
+        for (r, (exact, scale)) in host_products(&values, &floats(&x)).into_iter().enumerate() {
+            let gap = (f64::from(ours[r]) - exact).abs();
+            assert!(
+                gap <= 1e-2 * scale,
+                "{dtype}, row {r}: {} against {exact}",
+                ours[r]
+            );
+        }
+    }
+}
+
 /// A projection of `rows` × `cols` random blocks of `dtype`, and the same
 /// values dequantized into a dense bfloat16 matrix.
 fn random_projection(dtype: GgufDtype, rows: usize, cols: usize, seed: u64) -> (Linear, Linear) {

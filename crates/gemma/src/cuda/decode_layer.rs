@@ -22,6 +22,7 @@ use mlx_core::device::cuda_multiprocessor_count;
 use mlx_core::kernel::{Launch, OutputSpec, TemplateArg};
 use mlx_core::{Array, Dtype};
 
+use super::mma_rows;
 use super::program::{kernel_with_header, one, HEADER};
 use super::stored_kv::{self, StoredSide};
 use super::weight_rows::{self, WeightRows};
@@ -274,6 +275,111 @@ __device__ __forceinline__ void gemma_rows(const U* w, int N, int K, const U* xs
     }
   }
 }
+
+// The tiles of 16 rows a block takes of `tiles` (tile i to block i mod G),
+// in rounds of at most WARPS_: round r's tiles are `first` … `first + here
+// − 1` of the block's, each read by `slices` warps (warp w: tile w / slices,
+// units w mod slices, slices + w mod slices, …), whose sums meet in `parts`.
+struct gemma_mma_round {
+  int here;
+  int slices;
+  __device__ __forceinline__ int tile(int local, int first) const {
+    return static_cast<int>(blockIdx.x + gridDim.x * (first + local));
+  }
+};
+__device__ __forceinline__ int gemma_mma_tiles_of_block(int tiles) {
+  const int b = static_cast<int>(blockIdx.x), g = static_cast<int>(gridDim.x);
+  return tiles > b ? (tiles - b + g - 1) / g : 0;
+}
+template <int WARPS_>
+__device__ __forceinline__ gemma_mma_round gemma_mma_round_at(int mine, int first) {
+  const int here = mine - first < WARPS_ ? mine - first : WARPS_;
+  return gemma_mma_round{here, WARPS_ / here};
+}
+
+// Rows 0 … N − 1 of a projection in up to three parts (as gemma_part_rows;
+// every part's rows a multiple of 16, every format with a tensor-core
+// reader) dotted with the activations of gemma_mma_activations (`down` its
+// scale back) into `out`, rounded to `U`, 16 rows a warp at a time.
+template <int F0, int O0, int F1, int O1, int F2, int O2, int WARPS_, typename U, typename P0, typename P1,
+          typename P2>
+__device__ __forceinline__ void gemma_mma_part_rows(const P0* d0, int N0, const P1* d1, int N1, const P2* d2, int N,
+                                                    int K, const unsigned short* xh, const float* xsum, float down,
+                                                    float* parts, U* out) {
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int mine = gemma_mma_tiles_of_block(N / 16);
+  for (int first = 0; first < mine; first += WARPS_) {
+    const gemma_mma_round round = gemma_mma_round_at<WARPS_>(mine, first);
+    const int local = warp / round.slices;
+    if (local < round.here) {
+      const int n = 16 * round.tile(local, first);
+      const int slice = warp % round.slices;
+      float acc[2] = {0.0f, 0.0f};
+      if (n < N0) {
+        gemma_mma_tile<F0>(d0, O0 + n, K, slice, round.slices, xh, xsum, lane, acc);
+      } else if (n < N0 + N1) {
+        gemma_mma_tile<F1>(d1, O1 + n - N0, K, slice, round.slices, xh, xsum, lane, acc);
+      } else {
+        gemma_mma_tile<F2>(d2, O2 + n - N0 - N1, K, slice, round.slices, xh, xsum, lane, acc);
+      }
+      if ((lane & 3) == 0) {
+        parts[16 * warp + (lane >> 2)] = acc[0];
+        parts[16 * warp + (lane >> 2) + 8] = acc[1];
+      }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < 16 * round.here; i += blockDim.x) {
+      const int tile = i >> 4, r = i & 15;
+      float s = 0.0f;
+      for (int k = 0; k < round.slices; ++k) s += parts[16 * (tile * round.slices + k) + r];
+      out[16 * round.tile(tile, first) + r] = static_cast<U>(s * down);
+    }
+    __syncthreads();
+  }
+}
+
+// The gated MLP's gate and up rows on the tensor cores (as
+// gemma_mma_part_rows, a warp 16 gate rows and their 16 up rows), the
+// gated GELU of each pair into `act`.
+template <int FG, int OG, int FU, int OU, int WARPS_, typename U, typename PG, typename PU>
+__device__ __forceinline__ void gemma_mma_gate_up(const PG* gate, const PU* up, int I, int K,
+                                                  const unsigned short* xh, const float* xsum, float down,
+                                                  float* parts, U* act) {
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int mine = gemma_mma_tiles_of_block(I / 16);
+  for (int first = 0; first < mine; first += WARPS_) {
+    const gemma_mma_round round = gemma_mma_round_at<WARPS_>(mine, first);
+    const int local = warp / round.slices;
+    if (local < round.here) {
+      const int n = 16 * round.tile(local, first);
+      const int slice = warp % round.slices;
+      float g[2] = {0.0f, 0.0f}, u[2] = {0.0f, 0.0f};
+      gemma_mma_tile<FG>(gate, OG + n, K, slice, round.slices, xh, xsum, lane, g);
+      gemma_mma_tile<FU>(up, OU + n, K, slice, round.slices, xh, xsum, lane, u);
+      if ((lane & 3) == 0) {
+        float* p = parts + 32 * warp + (lane >> 2);
+        p[0] = g[0];
+        p[8] = g[1];
+        p[16] = u[0];
+        p[24] = u[1];
+      }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < 16 * round.here; i += blockDim.x) {
+      const int tile = i >> 4, r = i & 15;
+      float sg = 0.0f, su = 0.0f;
+      for (int k = 0; k < round.slices; ++k) {
+        sg += parts[32 * (tile * round.slices + k) + r];
+        su += parts[32 * (tile * round.slices + k) + 16 + r];
+      }
+      act[16 * round.tile(tile, first) + r] =
+          gemma_gated_gelu(static_cast<U>(sg * down), static_cast<U>(su * down));
+    }
+    __syncthreads();
+  }
+}
 "#;
 
 /// The kernel body; see the module documentation. `scratch` holds, in
@@ -301,7 +407,10 @@ const DECODE_LAYER: &str = r#"
   __shared__ unsigned char kv_codes[2 * D];
   __shared__ float kv_par[D / 8];
   __shared__ bool last_split;
+  __shared__ __align__(16) float mma_xsum[MMA ? SMEM / 32 : 1];
+  __shared__ float mma_parts[MMA ? 32 * WARPS : 1];
   T* xs = reinterpret_cast<T*>(smem);
+  const unsigned short* xh = reinterpret_cast<const unsigned short*>(smem);
   const int G = gridDim.x;
   const int tid = threadIdx.x;
   const int lane = tid & 31;
@@ -340,7 +449,12 @@ const DECODE_LAYER: &str = r#"
       xs[i] = w_in[i] * static_cast<T>(static_cast<float>(x[i]) * inv);
     }
     __syncthreads();
-    if constexpr (WQF == 0 && WKF == 0 && WVF == 0) {
+    if constexpr (gemma_mma_on(MMA, WQF) && gemma_mma_on(MMA, WKF) &&
+                  gemma_mma_on(MMA, WVF)) {
+      const float down = gemma_mma_activations(xs, H, mma_xsum, red);
+      gemma_mma_part_rows<WQF, WQO, WKF, WKO, WVF, WVO, WARPS>(w_q, HQ * D, w_k, HKV * D, w_v, NQKV, H, xh, mma_xsum,
+                                                              down, mma_parts, qkv);
+    } else if constexpr (WQF == 0 && WKF == 0 && WVF == 0) {
       gemma_rows<PAIR, WARPS>(reinterpret_cast<const T*>(w_q), NQKV, H, xs, qkv);
     } else {
       gemma_part_rows<WQF, WQB, WQG, WQO, WKF, WKB, WKG, WKO, WVF, WVB, WVG, WVO, WARPS>(
@@ -601,7 +715,11 @@ const DECODE_LAYER: &str = r#"
   {
     for (int i = tid; i < HQ * D; i += THREADS) xs[i] = gemma_load(attn + i);
     __syncthreads();
-    if constexpr (WOF == 0) {
+    if constexpr (gemma_mma_on(MMA, WOF)) {
+      const float down = gemma_mma_activations(xs, HQ * D, mma_xsum, red);
+      gemma_mma_part_rows<WOF, 0, WOF, 0, WOF, 0, WARPS>(w_o, H, w_o, 0, w_o, H, HQ * D, xh, mma_xsum, down,
+                                                        mma_parts, o);
+    } else if constexpr (WOF == 0) {
       gemma_rows<PAIR, WARPS>(reinterpret_cast<const T*>(w_o), H, HQ * D, xs, o);
     } else {
       gemma_part_rows<WOF, WOB, WOG, 0, WOF, WOB, WOG, 0, WOF, WOB, WOG, 0, WARPS>(
@@ -633,17 +751,22 @@ const DECODE_LAYER: &str = r#"
       xs[i] = w_pre_ffn[i] * static_cast<T>(static_cast<float>(xs[i]) * inv_h);
     }
     __syncthreads();
-    for (int j = blockIdx.x + G * warp; j < I; j += G * WARPS) {
-      float gu[2];
-      if constexpr (WGF == 0 && WUF == 0) {
-        const T* gate_up = reinterpret_cast<const T*>(w_gate);
-        const T* rows[2] = {gate_up + static_cast<size_t>(j) * H, gate_up + static_cast<size_t>(I + j) * H};
-        gemma_dots<2>(rows, xs, H, lane, gu);
-      } else {
-        gu[0] = gemma_rows_sum(gemma_wdot_lane<WGF, WGB, WGG>(w_gate, w_gate_s, w_gate_b, WGO + j, H, xs, lane));
-        gu[1] = gemma_rows_sum(gemma_wdot_lane<WUF, WUB, WUG>(w_up, w_up_s, w_up_b, WUO + j, H, xs, lane));
+    if constexpr (gemma_mma_on(MMA, WGF) && gemma_mma_on(MMA, WUF)) {
+      const float down = gemma_mma_activations(xs, H, mma_xsum, red);
+      gemma_mma_gate_up<WGF, WGO, WUF, WUO, WARPS>(w_gate, w_up, I, H, xh, mma_xsum, down, mma_parts, act);
+    } else {
+      for (int j = blockIdx.x + G * warp; j < I; j += G * WARPS) {
+        float gu[2];
+        if constexpr (WGF == 0 && WUF == 0) {
+          const T* gate_up = reinterpret_cast<const T*>(w_gate);
+          const T* rows[2] = {gate_up + static_cast<size_t>(j) * H, gate_up + static_cast<size_t>(I + j) * H};
+          gemma_dots<2>(rows, xs, H, lane, gu);
+        } else {
+          gu[0] = gemma_rows_sum(gemma_wdot_lane<WGF, WGB, WGG>(w_gate, w_gate_s, w_gate_b, WGO + j, H, xs, lane));
+          gu[1] = gemma_rows_sum(gemma_wdot_lane<WUF, WUB, WUG>(w_up, w_up_s, w_up_b, WUO + j, H, xs, lane));
+        }
+        if (lane == 0) act[j] = gemma_gated_gelu(static_cast<T>(gu[0]), static_cast<T>(gu[1]));
       }
-      if (lane == 0) act[j] = gemma_gated_gelu(static_cast<T>(gu[0]), static_cast<T>(gu[1]));
     }
   }
   gemma_grid_sync(bar, G);
@@ -652,7 +775,11 @@ const DECODE_LAYER: &str = r#"
   {
     for (int i = tid; i < I; i += THREADS) xs[i] = gemma_load(act + i);
     __syncthreads();
-    if constexpr (WDF == 0) {
+    if constexpr (gemma_mma_on(MMA, WDF)) {
+      const float down = gemma_mma_activations(xs, I, mma_xsum, red);
+      gemma_mma_part_rows<WDF, 0, WDF, 0, WDF, 0, WARPS>(w_down, H, w_down, 0, w_down, H, I, xh, mma_xsum, down,
+                                                        mma_parts, dn);
+    } else if constexpr (WDF == 0) {
       gemma_rows<PAIR, WARPS>(reinterpret_cast<const T*>(w_down), H, I, xs, dn);
     } else {
       gemma_part_rows<WDF, WDB, WDG, 0, WDF, WDB, WDG, 0, WDF, WDB, WDG, 0, WARPS>(
@@ -790,9 +917,10 @@ impl<'a> LayerWeights<'a> {
 pub fn decode_layer_source() -> (String, String, [&'static str; 38]) {
     (
         format!(
-            "{HEADER}{}{}{LAYER_HEADER}",
+            "{HEADER}{}{}{}{LAYER_HEADER}",
             stored_kv::header(),
-            weight_rows::HEADER
+            weight_rows::HEADER,
+            mma_rows::HEADER
         ),
         DECODE_LAYER.to_string(),
         INPUT_NAMES,
@@ -890,6 +1018,14 @@ pub fn decode_layer(
     let widest = hidden.max(inter).max(hq * d) * bytes;
     let shared = widest.max(WARPS * d * 4);
     let qb = query_heads_per_block(hq, hkv, d);
+    let shared_bytes =
+        shared + 4 * (32 + 2 * WARPS * qb + qb * d + 3 * d + d / 8) + 2 * d * bytes + 2 * d + 16;
+    let smem = (shared + 15) / 16 * 16;
+    // The tensor-core readers' sums of 16 activations and their warps'
+    // partial sums, where shared memory has room.
+    let fits_mma = bytes == 2
+        && hidden % 16 == 0
+        && shared_bytes + smem / 8 + 128 * WARPS + 16 <= SHARED_LIMIT;
     let fits = dtypes_fit
         && matches!(dtype, Dtype::Float32 | Dtype::Float16 | Dtype::Bfloat16)
         && x.size() as i32 == hidden
@@ -907,8 +1043,7 @@ pub fn decode_layer(
         && keys.suits(dtype, d, WARPS)
         && values.suits(dtype, d, WARPS)
         && qb + 2 <= WARPS
-        && shared + 4 * (32 + 2 * WARPS * qb + qb * d + 3 * d + d / 8) + 2 * d * bytes + 2 * d + 16
-            <= SHARED_LIMIT
+        && shared_bytes <= SHARED_LIMIT
         && hq <= MAX_HEADS
         && blocks > 0;
     if !fits {
@@ -956,7 +1091,15 @@ pub fn decode_layer(
             ("QB", TemplateArg::Int(qb)),
             ("PAIR", TemplateArg::Int(i32::from(PAIR_ROWS))),
             ("WARPS", TemplateArg::Int(WARPS)),
-            ("SMEM", TemplateArg::Int((shared + 15) / 16 * 16)),
+            ("SMEM", TemplateArg::Int(smem)),
+            (
+                "MMA",
+                TemplateArg::Int(if fits_mma {
+                    mma_rows::tensor_core_formats()
+                } else {
+                    0
+                }),
+            ),
         ]
         .into_iter()
         .chain(keys.template_args(["KF", "KB", "KG"]))

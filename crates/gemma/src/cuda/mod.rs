@@ -8,6 +8,7 @@
 
 mod decode_layer;
 mod greedy;
+mod mma_rows;
 mod program;
 mod stored_kv;
 mod weight_rows;
@@ -16,6 +17,7 @@ pub use decode_layer::{
     decode_layer, decode_layer_source, grid_barrier, resident_blocks, LayerWeights,
 };
 pub use greedy::GreedyPick;
+pub use mma_rows::tensor_core_source;
 pub use weight_rows::{
     dequantize_rows, gguf_dequantize, gguf_row, reads_blocks, rows_gemv, weight_rows_source,
     WeightRows,

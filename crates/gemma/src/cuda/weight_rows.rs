@@ -14,9 +14,12 @@
 //! packed least significant bit first in 32-bit words, one scale and bias
 //! of `T` per `WG` values).
 
+use std::sync::OnceLock;
+
 use mlx_core::kernel::{Launch, OutputSpec, TemplateArg};
 use mlx_core::{Array, Dtype};
 
+use super::mma_rows;
 use super::program::{kernel_with_header, one};
 use crate::linear::{GgufMatrix, Linear};
 use crate::quant::GgufDtype;
@@ -213,11 +216,22 @@ pub fn rows_gemv(x: &Array, w: &WeightRows<'_>) -> mlx_core::Result<Array> {
     }
     let unused = mlx_core::zeros(&[1], dtype)?;
     let [data, scales, biases] = w.inputs(&unused);
+    // 16 rows a warp on the tensor cores (ggml blocks, 2-byte activations).
+    let mma = (1..=6).contains(&w.format)
+        && mma_rows::tensor_core_formats() & (1 << w.format) != 0
+        && dtype.size_bytes() == 2
+        && w.rows % 16 == 0
+        && w.cols * 2 + w.cols / 16 * 4 + 128 <= MAX_SHARED_ACTIVATIONS;
+    let (name, body, header, rows_per_warp) = if mma {
+        ("gemma_rows_gemv_mma", GEMV_MMA, mma_gemv_header(), 16)
+    } else {
+        ("gemma_rows_gemv", GEMV, HEADER, 1)
+    };
     let kernel = kernel_with_header(
-        "gemma_rows_gemv",
+        name,
         (&["x", "w", "w_scales", "w_biases"], &["y"]),
-        GEMV,
-        HEADER,
+        body,
+        header,
         &[],
     )?;
     let mut shape = x.shape();
@@ -228,7 +242,11 @@ pub fn rows_gemv(x: &Array, w: &WeightRows<'_>) -> mlx_core::Result<Array> {
         &[x, data, scales, biases],
         &[OutputSpec { shape, dtype }],
         Launch {
-            grid: [(w.rows + WARPS - 1) / WARPS * WARPS * 32, 1, 1],
+            grid: [
+                (w.rows / rows_per_warp + WARPS - 1) / WARPS * WARPS * 32,
+                1,
+                1,
+            ],
             block: [WARPS * 32, 1, 1],
         },
         &[
@@ -331,6 +349,33 @@ const GEMV: &str = r#"
   if (row >= N) return;
   const float acc = gemma_rows_sum(gemma_wdot_lane<WF, WB, WG, T>(w, w_scales, w_biases, row, K, xs, lane));
   if (lane == 0) y[row] = static_cast<T>(acc);
+"#;
+
+/// The device functions of [`GEMV_MMA`]: these and the tensor-core readers.
+fn mma_gemv_header() -> &'static str {
+    static SOURCE: OnceLock<String> = OnceLock::new();
+    SOURCE.get_or_init(|| format!("{HEADER}{}", mma_rows::HEADER))
+}
+
+/// [`rows_gemv`]'s body on the tensor cores (`mma_rows`): the activations
+/// into shared memory as float16 operands, then a warp per 16 rows.
+const GEMV_MMA: &str = r#"
+  __shared__ __align__(16) T xs[K];
+  __shared__ __align__(16) float xsum[K / 16];
+  __shared__ float red[32];
+  for (int i = threadIdx.x; i < K; i += blockDim.x) xs[i] = x[i];
+  __syncthreads();
+  const float down = gemma_mma_activations(xs, K, xsum, red);
+  const int lane = threadIdx.x & 31;
+  const int tile = blockIdx.x * WARPS + (threadIdx.x >> 5);
+  if (16 * tile >= N) return;
+  float acc[2] = {0.0f, 0.0f};
+  gemma_mma_tile<WF>(w, static_cast<size_t>(16 * tile), K, 0, 1, reinterpret_cast<const unsigned short*>(xs), xsum,
+                     lane, acc);
+  if ((lane & 3) == 0) {
+    y[16 * tile + (lane >> 2)] = static_cast<T>(acc[0] * down);
+    y[16 * tile + (lane >> 2) + 8] = static_cast<T>(acc[1] * down);
+  }
 "#;
 
 /// [`dequantize_rows`]'s body: a thread per 8 values.

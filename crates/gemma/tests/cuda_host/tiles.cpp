@@ -1,0 +1,111 @@
+// Multiplies rows of ggml blocks by a row of bfloat16 activations as the
+// layer kernel's tensor-core path does: the activations made float16
+// operands (gemma_mma_put4, one power-of-two scale, sums of each 16), then
+// every tile of 16 rows by a warp of 32 host threads (gemma_mma_tile),
+// its units dealt to SLICES warps whose sums are added in order.
+// Usage: tiles FORMAT ROWS K ROWS_FILE X_FILE SLICES > one product per
+// line. Fails (status 3) where the lanes of a group disagree.
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+
+#include "stand_ins.h"
+#include "tiles.cuh"
+
+static std::vector<unsigned char> read_all(const char* path) {
+  std::FILE* f = std::fopen(path, "rb");
+  if (!f) { std::perror(path); std::exit(2); }
+  std::vector<unsigned char> out;
+  unsigned char buf[65536];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.insert(out.end(), buf, buf + n);
+  std::fclose(f);
+  return out;
+}
+
+// Every lane's two sums of tile `tile` over the units of `slice`.
+template <int WF>
+static void run_warp(const uint8_t* w, int tile, int k, int slice, int slices, const unsigned short* xh,
+                     const float* xsum, float (&sums)[32][2]) {
+  gemma_host_warp warp;
+  std::vector<std::thread> lanes;
+  for (int lane = 0; lane < 32; ++lane) {
+    lanes.emplace_back([&, lane] {
+      gemma_host_this_warp = &warp;
+      gemma_host_lane = lane;
+      float acc[2] = {0.0f, 0.0f};
+      gemma_mma_tile<WF>(w, static_cast<size_t>(16 * tile), k, slice, slices, xh, xsum, lane, acc);
+      sums[lane][0] = acc[0];
+      sums[lane][1] = acc[1];
+    });
+  }
+  for (std::thread& t : lanes) t.join();
+}
+
+template <int WF>
+static int products(const uint8_t* w, int rows, int k, std::vector<__nv_bfloat16>& xs, int slices) {
+  // The block's conversion (gemma_mma_activations), one thread after another.
+  float m = 0.0f;
+  for (int i = 0; i < k; ++i) m = std::fmax(m, std::fabs(static_cast<float>(xs[i])));
+  const int e = gemma_mma_exponent(m);
+  std::vector<float> four(k / 4), xsum(k / 16);
+  for (int q = 0; q < k / 4; ++q) four[q] = gemma_mma_put4(xs.data(), q, gemma_pow2(e));
+  for (int i = 0; i < k / 16; ++i) xsum[i] = (four[4 * i] + four[4 * i + 1]) + (four[4 * i + 2] + four[4 * i + 3]);
+  const unsigned short* xh = reinterpret_cast<const unsigned short*>(xs.data());
+  for (int tile = 0; tile < rows / 16; ++tile) {
+    float total[16] = {};
+    for (int slice = 0; slice < slices; ++slice) {
+      float sums[32][2];
+      run_warp<WF>(w, tile, k, slice, slices, xh, xsum.data(), sums);
+      for (int lane = 0; lane < 32; ++lane) {
+        if (sums[lane][0] != sums[lane & ~3][0] || sums[lane][1] != sums[lane & ~3][1]) {
+          std::fprintf(stderr, "tile %d: lane %d's sums differ from its group's first lane\n", tile, lane);
+          return 3;
+        }
+      }
+      for (int g = 0; g < 8; ++g) {
+        total[g] += sums[4 * g][0];
+        total[g + 8] += sums[4 * g][1];
+      }
+    }
+    for (int r = 0; r < 16; ++r) std::printf("%.17g\n", static_cast<double>(total[r] * gemma_pow2(-e)));
+  }
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  if (argc != 7) {
+    std::fprintf(stderr, "usage: tiles FORMAT ROWS K ROWS_FILE X_FILE SLICES\n");
+    return 2;
+  }
+  const int format = std::atoi(argv[1]), rows = std::atoi(argv[2]), k = std::atoi(argv[3]);
+  const int slices = std::atoi(argv[6]);
+  if (rows % 16 != 0 || k % 32 != 0 || slices < 1) {
+    std::fprintf(stderr, "rows must be a multiple of 16, K of 32, slices at least 1\n");
+    return 2;
+  }
+  // The rows start 16-byte aligned, as the GPU's buffers do.
+  const std::vector<unsigned char> raw = read_all(argv[4]);
+  std::vector<unsigned char> storage(raw.size() + 16);
+  uint8_t* w = storage.data();
+  while (reinterpret_cast<size_t>(w) % 16) ++w;
+  std::memcpy(w, raw.data(), raw.size());
+  const std::vector<unsigned char> xb = read_all(argv[5]);
+  std::vector<__nv_bfloat16> xs(k + 8);
+  for (int i = 0; i < k; ++i) {
+    unsigned int bits;
+    std::memcpy(&bits, xb.data() + 4 * i, 4);
+    if (bits & 0xFFFFu) { std::fprintf(stderr, "activation %d is not a bfloat16 value\n", i); return 2; }
+    xs[i].bits = static_cast<unsigned short>(bits >> 16);
+  }
+  switch (format) {
+    case 1: return products<1>(w, rows, k, xs, slices);
+    case 2: return products<2>(w, rows, k, xs, slices);
+    case 3: return products<3>(w, rows, k, xs, slices);
+    case 4: return products<4>(w, rows, k, xs, slices);
+    case 5: return products<5>(w, rows, k, xs, slices);
+    case 6: return products<6>(w, rows, k, xs, slices);
+    default: std::fprintf(stderr, "format %d has no tensor-core reader\n", format); return 2;
+  }
+}
