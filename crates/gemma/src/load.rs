@@ -155,12 +155,40 @@ pub fn read_checkpoint(
     weights: WeightStorage,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<Checkpoint, LoadError> {
+    read_checkpoint_with(source, dtype, weights, TokenizerBuild::Now, progress)
+}
+
+/// When a GGUF file's tokenizer builds its encoder.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum TokenizerBuild {
+    /// Before the weights load ([`Tokenizer::from_gguf`]), so that what its
+    /// construction frees is reused by the weights.
+    #[default]
+    Now,
+    /// When a text is first encoded ([`Tokenizer::from_gguf_deferred`]): the
+    /// load holds the pieces only (3 MB, not the encoder's 72 MB for Gemma
+    /// 3's vocabulary), for runs whose prompts are ids.
+    WhenEncoding,
+}
+
+/// [`read_checkpoint`], building a GGUF file's tokenizer as `tokenizer` says.
+pub fn read_checkpoint_with(
+    source: &ModelSource,
+    dtype: Dtype,
+    weights: WeightStorage,
+    tokenizer: TokenizerBuild,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Checkpoint, LoadError> {
+    let tokenizer_build = tokenizer;
     Ok(match source {
         ModelSource::Gguf(path) => {
             check_exists(path)?;
             let file = GgufFile::open(path)?;
             let config = Gemma3Config::from_gguf(&file)?;
-            let tokenizer = Tokenizer::from_gguf(&file)?;
+            let tokenizer = match tokenizer_build {
+                TokenizerBuild::Now => Tokenizer::from_gguf(&file)?,
+                TokenizerBuild::WhenEncoding => Tokenizer::from_gguf_deferred(&file)?,
+            };
             check_vocab(path, &config, &tokenizer)?;
             let chat_template = ChatTemplate::from_gguf(&file)?;
             let native = match weights {
@@ -228,6 +256,17 @@ pub fn load(
     options: LoadOptions,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<LoadedModel, LoadError> {
+    load_with(source, options, TokenizerBuild::Now, progress)
+}
+
+/// [`load`], building a GGUF file's tokenizer as `tokenizer` says.
+pub fn load_with(
+    source: &ModelSource,
+    options: LoadOptions,
+    tokenizer: TokenizerBuild,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<LoadedModel, LoadError> {
+    let tokenizer_build = tokenizer;
     let Checkpoint {
         config,
         tensors,
@@ -238,7 +277,13 @@ pub fn load(
         if let WeightStorage::Native(arithmetic) = options.weights {
             arithmetic.kernels.require()?;
         }
-        read_checkpoint(source, options.dtype, options.weights, progress)?
+        read_checkpoint_with(
+            source,
+            options.dtype,
+            options.weights,
+            tokenizer_build,
+            progress,
+        )?
     };
     let checkpoint_quantization = config
         .quantization

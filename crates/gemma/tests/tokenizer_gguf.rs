@@ -221,3 +221,46 @@ fn streaming_decoder_replaces_bytes_that_cannot_form_a_character() {
     assert_eq!(decoder.push(byte("<0x82>")).unwrap(), "");
     assert_eq!(decoder.push(byte("<0xAC>")).unwrap(), "€");
 }
+
+#[test]
+fn a_deferred_tokenizer_decodes_from_its_pieces_and_encodes_once_asked() {
+    let Some(eager) = gguf_tokenizer() else {
+        return;
+    };
+    let file = GgufFile::open(&model_path()).expect("open the GGUF file");
+    let deferred = Tokenizer::from_gguf_deferred(&file).expect("read the pieces");
+    drop(file);
+    assert_eq!(deferred.vocab_size(), eager.vocab_size());
+    assert_eq!(deferred.special_tokens(), eager.special_tokens());
+    for id in 0..eager.vocab_size() as u32 {
+        assert_eq!(deferred.id_to_token(id), eager.id_to_token(id), "id {id}");
+    }
+    assert_eq!(
+        deferred.token_to_id("<start_of_turn>"),
+        eager.token_to_id("<start_of_turn>")
+    );
+    // Every reference text's ids decode to what the pipeline gives (byte
+    // fallback, spaces, special tokens), before any encoder exists.
+    let reference = reference();
+    for case in reference.cases.iter().chain(&reference.special_cases) {
+        assert_eq!(
+            deferred.decode(&case.ids).unwrap(),
+            eager.decode(&case.ids).unwrap(),
+            "{}",
+            case.name
+        );
+    }
+    // Encoding builds the encoder from the file, with the same ids.
+    for case in &reference.cases {
+        assert_eq!(
+            deferred.encode_plain(&case.text).unwrap(),
+            eager.encode_plain(&case.text).unwrap(),
+            "{}",
+            case.name
+        );
+        assert_eq!(
+            deferred.encode(&case.text, true).unwrap(),
+            eager.encode(&case.text, true).unwrap()
+        );
+    }
+}

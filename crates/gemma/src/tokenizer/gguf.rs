@@ -14,6 +14,32 @@ impl Tokenizer {
     /// Builds the tokenizer from the vocabulary in a GGUF file (`tokenizer.ggml.model` must be
     /// "llama", SentencePiece), checking that the file's BOS and EOS ids are `<bos>` and `<eos>`.
     pub fn from_gguf(file: &GgufFile) -> Result<Tokenizer, TokenizerError> {
+        let metadata = Metadata::checked(file)?;
+        let types = metadata.types()?;
+        let tokens = metadata.tokens(&types)?;
+        let scores = metadata.scores()?;
+        let tokenizer = Tokenizer::from_vocab(&tokens, &scores, &types)?;
+        metadata.check_ids(tokenizer.special)?;
+        Ok(tokenizer)
+    }
+
+    /// As [`Tokenizer::from_gguf`], but holding only the pieces: the encoder
+    /// is built from the file (reopened at its path) when something is first
+    /// encoded. Decoding joins the pieces as [`super::StreamingDecoder`] does.
+    pub fn from_gguf_deferred(file: &GgufFile) -> Result<Tokenizer, TokenizerError> {
+        let metadata = Metadata::checked(file)?;
+        let types = metadata.types()?;
+        let tokens = metadata.tokens(&types)?;
+        let tokenizer = Tokenizer::deferred(file.path(), &tokens)?;
+        metadata.check_ids(tokenizer.special)?;
+        Ok(tokenizer)
+    }
+}
+
+impl<'a> Metadata<'a> {
+    /// The metadata of `file`, checked to describe a SentencePiece tokenizer
+    /// without a dummy space prefix.
+    fn checked(file: &'a GgufFile) -> Result<Metadata<'a>, TokenizerError> {
         let metadata = Metadata {
             file,
             path: file.path(),
@@ -30,13 +56,13 @@ impl Tokenizer {
                     .to_owned(),
             ));
         }
-        let types = metadata.types()?;
-        let tokens = metadata.tokens(&types)?;
-        let scores = metadata.scores()?;
-        let tokenizer = Tokenizer::from_vocab(&tokens, &scores, &types)?;
-        metadata.check_id("tokenizer.ggml.bos_token_id", tokenizer.special.bos)?;
-        metadata.check_id("tokenizer.ggml.eos_token_id", tokenizer.special.eos)?;
-        Ok(tokenizer)
+        Ok(metadata)
+    }
+
+    /// Checks the file's BOS and EOS ids against `<bos>` and `<eos>`.
+    fn check_ids(&self, special: super::SpecialTokens) -> Result<(), TokenizerError> {
+        self.check_id("tokenizer.ggml.bos_token_id", special.bos)?;
+        self.check_id("tokenizer.ggml.eos_token_id", special.eos)
     }
 }
 

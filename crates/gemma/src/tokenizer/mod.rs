@@ -6,7 +6,10 @@
 //! of pieces, scores and types ([`Tokenizer::from_vocab`]). Built from a
 //! vocabulary it gives exactly SentencePiece's ids (see [`vocab`] for how), and
 //! [`Tokenizer::to_json_string`] writes it as a `tokenizer.json` that
-//! `tokenizers` and `transformers` load with the same ids.
+//! `tokenizers` and `transformers` load with the same ids. A model loader
+//! takes [`Tokenizer::from_gguf_deferred`]: the pieces only, the encoder built
+//! from the file when something is first encoded, so that a run whose prompt
+//! is already ids never holds it.
 //!
 //! Two encodings:
 //! - [`Tokenizer::encode`] recognizes special-token text (`<start_of_turn>`,
@@ -17,11 +20,14 @@
 //!   matches them. Use it for corpora.
 
 mod gguf;
+mod pieces;
 mod streaming;
 pub mod vocab;
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+
+use pieces::Pieces;
 
 pub use streaming::StreamingDecoder;
 pub use vocab::TokenType;
@@ -78,13 +84,9 @@ pub struct SpecialTokens {
 }
 
 impl SpecialTokens {
-    /// Looks the special tokens up by their text in a `tokenizers` pipeline.
-    fn look_up(pipeline: &tokenizers::Tokenizer) -> Result<SpecialTokens, TokenizerError> {
-        let id = |name: &'static str| {
-            pipeline
-                .token_to_id(name)
-                .ok_or(TokenizerError::MissingSpecial(name))
-        };
+    /// Looks the special tokens up by their text (`id_of` gives a piece's id).
+    fn look_up(id_of: impl Fn(&str) -> Option<u32>) -> Result<SpecialTokens, TokenizerError> {
+        let id = |name: &'static str| id_of(name).ok_or(TokenizerError::MissingSpecial(name));
         Ok(SpecialTokens {
             bos: id("<bos>")?,
             eos: id("<eos>")?,
@@ -97,8 +99,13 @@ impl SpecialTokens {
 /// Gemma's tokenizer: text to ids and back.
 #[derive(Debug)]
 pub struct Tokenizer {
-    pipeline: tokenizers::Tokenizer,
-    /// A copy of `pipeline` that does not recognize special-token text, made on first use.
+    /// The `tokenizers` pipeline: built at once, or from `deferred` on first use.
+    pipeline: OnceLock<tokenizers::Tokenizer>,
+    /// The GGUF file the pipeline is built from when first needed.
+    deferred: Option<PathBuf>,
+    /// The pieces by id, which a deferred tokenizer decodes with.
+    pieces: Option<Pieces>,
+    /// A copy of the pipeline that does not recognize special-token text, made on first use.
     plain: OnceLock<tokenizers::Tokenizer>,
     special: SpecialTokens,
     /// The number of ids, counted once (`tokenizers` counts by building the whole vocabulary).
@@ -132,14 +139,58 @@ impl Tokenizer {
 
     /// Wraps a `tokenizers` pipeline, looking up Gemma's special tokens.
     fn from_pipeline(pipeline: tokenizers::Tokenizer) -> Result<Tokenizer, TokenizerError> {
-        let special = SpecialTokens::look_up(&pipeline)?;
+        let special = SpecialTokens::look_up(|name| pipeline.token_to_id(name))?;
         let vocab_size = pipeline.get_vocab_size(true);
         Ok(Tokenizer {
-            pipeline,
+            pipeline: OnceLock::from(pipeline),
+            deferred: None,
+            pieces: None,
             plain: OnceLock::new(),
             special,
             vocab_size,
         })
+    }
+
+    /// A tokenizer that holds `pieces` and builds its pipeline from the GGUF
+    /// file at `path` when first needed.
+    fn deferred(path: &Path, tokens: &[String]) -> Result<Tokenizer, TokenizerError> {
+        let pieces = Pieces::new(tokens);
+        let special = SpecialTokens::look_up(|name| pieces.id(name))?;
+        Ok(Tokenizer {
+            pipeline: OnceLock::new(),
+            deferred: Some(path.to_path_buf()),
+            vocab_size: tokens.len(),
+            pieces: Some(pieces),
+            plain: OnceLock::new(),
+            special,
+        })
+    }
+
+    /// The pipeline, built now from the GGUF file if it was deferred.
+    fn pipeline(&self) -> Result<&tokenizers::Tokenizer, TokenizerError> {
+        if let Some(pipeline) = self.pipeline.get() {
+            return Ok(pipeline);
+        }
+        let path = self.deferred.as_deref().ok_or_else(|| {
+            TokenizerError::Run(
+                "the tokenizer has neither a pipeline nor a file to build it from".into(),
+            )
+        })?;
+        let file = crate::gguf::GgufFile::open(path).map_err(|e| TokenizerError::Gguf {
+            path: path.to_path_buf(),
+            message: format!("reopening it to build the tokenizer's encoder: {e}"),
+        })?;
+        let built = Tokenizer::from_gguf(&file)?;
+        if built.vocab_size != self.vocab_size || built.special != self.special {
+            return Err(TokenizerError::Gguf {
+                path: path.to_path_buf(),
+                message: "its vocabulary changed since the model was loaded".into(),
+            });
+        }
+        let pipeline = built.pipeline.into_inner().ok_or_else(|| {
+            TokenizerError::Run("a tokenizer built from a GGUF file has no pipeline".into())
+        })?;
+        Ok(self.pipeline.get_or_init(|| pipeline))
     }
 
     /// Encodes `text`, reading special-token text such as `<start_of_turn>` as the special
@@ -149,7 +200,7 @@ impl Tokenizer {
         if add_bos {
             ids.push(self.special.bos);
         }
-        ids.extend(run_encode(&self.pipeline, text)?);
+        ids.extend(run_encode(self.pipeline()?, text)?);
         Ok(ids)
     }
 
@@ -157,8 +208,9 @@ impl Tokenizer {
     /// ordinary text (`<eos>` becomes `<`, `eos`, `>`), while user-defined pieces are still
     /// matched whole.
     pub fn encode_plain(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
+        let pipeline = self.pipeline()?;
         let plain = self.plain.get_or_init(|| {
-            let mut plain = self.pipeline.clone();
+            let mut plain = pipeline.clone();
             plain.set_encode_special_tokens(true);
             plain
         });
@@ -174,19 +226,34 @@ impl Tokenizer {
                 vocab_size: self.vocab_size,
             });
         }
-        self.pipeline
+        if self.pieces.is_some() {
+            let mut decoder = StreamingDecoder::new(self);
+            let mut text = String::new();
+            for &id in ids {
+                text.push_str(&decoder.push(id)?);
+            }
+            text.push_str(&decoder.finish());
+            return Ok(text);
+        }
+        self.pipeline()?
             .decode(ids, false)
             .map_err(|e| TokenizerError::Run(e.to_string()))
     }
 
     /// The piece with id `id`, as written in the vocabulary (`▁` for spaces).
     pub fn id_to_token(&self, id: u32) -> Option<String> {
-        self.pipeline.id_to_token(id)
+        match &self.pieces {
+            Some(pieces) => pieces.get(id).map(str::to_owned),
+            None => self.pipeline.get()?.id_to_token(id),
+        }
     }
 
     /// The id of the piece `token`.
     pub fn token_to_id(&self, token: &str) -> Option<u32> {
-        self.pipeline.token_to_id(token)
+        match &self.pieces {
+            Some(pieces) => pieces.id(token),
+            None => self.pipeline.get()?.token_to_id(token),
+        }
     }
 
     /// The number of ids, special tokens included.
@@ -211,7 +278,7 @@ impl Tokenizer {
 
     /// The tokenizer as `tokenizer.json` text (Hugging Face format).
     pub fn to_json_string(&self) -> Result<String, TokenizerError> {
-        self.pipeline
+        self.pipeline()?
             .to_string(false)
             .map_err(|e| TokenizerError::Run(format!("writing tokenizer.json: {e}")))
     }

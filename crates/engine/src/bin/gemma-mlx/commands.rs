@@ -5,6 +5,7 @@ use std::io::{BufRead, Write};
 use anyhow::{Context, Result};
 use engine::{ChatSession, Engine, TokenEvent};
 use gemma::chat_template::{ChatMessage, Role};
+use gemma::load::TokenizerBuild;
 use serde_json::json;
 
 use crate::args::{ChatArgs, Cli, Command, ConvertArgs, GenerateArgs, InfoArgs, TokenizeArgs};
@@ -54,7 +55,14 @@ fn generate(args: GenerateArgs) -> Result<()> {
         Some(_) => String::new(),
         None => text_or_stdin(args.prompt.as_ref())?,
     };
-    let engine = args.model.load(args.json)?;
+    // A prompt of ids needs no encoder: the tokenizer holds its pieces only
+    // (on the CPU, 424 → 362 MB at the peak for the default model).
+    let tokenizer = if ids.is_some() {
+        TokenizerBuild::WhenEncoding
+    } else {
+        TokenizerBuild::Now
+    };
+    let engine = args.model.load_with(args.json, tokenizer)?;
     fit_to_model(&mut options, &args.sampling, &engine)?;
     let mut on_text = stream_to(args.json);
     let result = if let Some(ids) = ids {

@@ -6,7 +6,9 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use engine::Engine;
 use gemma::config::Gemma3Config;
-use gemma::load::{load, Arithmetic, CpuKernels, LoadOptions, ModelSource, WeightStorage};
+use gemma::load::{
+    load_with, Arithmetic, CpuKernels, LoadOptions, ModelSource, TokenizerBuild, WeightStorage,
+};
 use indicatif::{ProgressBar, ProgressStyle};
 use mlx_core::{device, memory, Device, Dtype};
 
@@ -147,9 +149,10 @@ impl ModelArgs {
     /// How weights are held on `device` in `dtype`: as asked, else as stored
     /// on the GPU and on the CPU in float32 (our kernels), and dequantized
     /// on the CPU in other dtypes (which our CPU kernels do not compute
-    /// in). On an H100, 12B Q4_K_M as stored decoded as fast as dequantized
-    /// (92.8 against 88.6 tok/s) in 9.1 GB instead of 33 GB, starting in 8 s
-    /// instead of 37; 1B decoded at 0.8× (docs/performance.md).
+    /// in). On an H100, 12B Q4_K_M as stored decoded faster than dequantized
+    /// (123.9 tok/s with its K-quants on the tensor cores, against 88.6) in
+    /// 9.1 GB instead of 33 GB, starting in 8 s instead of 37; 1B decoded at
+    /// 0.85× (docs/performance.md).
     pub fn weights(&self, device: Device, dtype: Dtype) -> WeightsArg {
         self.weights.unwrap_or(match (device, dtype) {
             (Device::Gpu, _) | (Device::Cpu, Dtype::Float32) => WeightsArg::Native,
@@ -189,6 +192,11 @@ impl ModelArgs {
 
     /// Places, then loads the model with a progress bar on stderr (hidden when `quiet`).
     pub fn load(&self, quiet: bool) -> Result<Engine> {
+        self.load_with(quiet, TokenizerBuild::Now)
+    }
+
+    /// [`ModelArgs::load`], building a GGUF file's tokenizer as `tokenizer` says.
+    pub fn load_with(&self, quiet: bool, tokenizer: TokenizerBuild) -> Result<Engine> {
         let device = self.place()?;
         let dtype = self.dtype(device);
         let quantize = self
@@ -198,7 +206,7 @@ impl ModelArgs {
         let source = self.source()?;
         let kernels = CpuKernels::from_env()?;
         let bar = progress_bar(&source, quiet);
-        let mut loaded = load(
+        let mut loaded = load_with(
             &source,
             LoadOptions {
                 dtype,
@@ -211,6 +219,7 @@ impl ModelArgs {
                     WeightsArg::Dequantized => WeightStorage::Dequantized,
                 },
             },
+            tokenizer,
             &mut |done, total| {
                 bar.set_length(total as u64);
                 bar.set_position(done as u64);
