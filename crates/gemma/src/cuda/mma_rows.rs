@@ -124,9 +124,9 @@ __device__ __forceinline__ unsigned int gemma_h_high(unsigned int w) { return (w
 // A block's bytes from aligned 4-byte loads through the read-only cache,
 // for blocks aligned to 2 only: `words` is the block's first byte rounded
 // down to 4, `next` the same plus 1 where the block starts 2 bytes off a
-// 4-byte edge (`odd`), so that the word at byte `o` (a multiple of 4) of the
-// block is gemma_ldg_word(words, next, odd, o / 4), reading no word beyond
-// those that hold it.
+// 4-byte edge (`odd`), so that `word(o / 4)` is the word at byte `o` (a
+// multiple of 4) of the block and `half(o / 4)` its first two bytes, reading
+// no word but those that hold them.
 struct gemma_a2 {
   const unsigned int* words;
   const unsigned int* next;
