@@ -128,6 +128,11 @@ fn driver_products(
     if bf16 {
         command.arg("bf16");
     }
+    products_of(command)
+}
+
+/// What a driver printed, one product a line (it must succeed).
+fn products_of(mut command: Command) -> Vec<f64> {
     let out = command.output().unwrap();
     assert!(
         out.status.success(),
@@ -210,22 +215,12 @@ fn tile_products(
     let (w, xf) = (dir.join("w.bin"), dir.join("x.bin"));
     std::fs::write(&w, data).unwrap();
     std::fs::write(&xf, bytemuck::cast_slice(x)).unwrap();
-    let out = Command::new(driver)
+    let mut command = Command::new(driver);
+    command
         .args([format.to_string(), rows.to_string(), cols.to_string()])
         .args([&w, &xf])
-        .arg(slices.to_string())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| l.parse().unwrap())
-        .collect()
+        .arg(slices.to_string());
+    products_of(command)
 }
 
 #[test]

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "driver_files.h"
 #include "stand_ins.h"
 #include "rows.cuh"
 
@@ -22,18 +23,6 @@ void products(const uint8_t* w, int rows, int k, const U* x, const float* scales
     }
     std::printf("%.17g\n", sum);
   }
-}
-
-static std::vector<unsigned char> read_all(const char* path, size_t align) {
-  std::FILE* f = std::fopen(path, "rb");
-  if (!f) { std::perror(path); std::exit(2); }
-  std::vector<unsigned char> out;
-  unsigned char buf[65536];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.insert(out.end(), buf, buf + n);
-  std::fclose(f);
-  out.resize(out.size() + align);
-  return out;
 }
 
 static std::vector<float> read_floats(const char* path) {

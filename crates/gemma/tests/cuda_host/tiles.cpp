@@ -10,19 +10,9 @@
 #include <thread>
 #include <vector>
 
+#include "driver_files.h"
 #include "stand_ins.h"
 #include "tiles.cuh"
-
-static std::vector<unsigned char> read_all(const char* path) {
-  std::FILE* f = std::fopen(path, "rb");
-  if (!f) { std::perror(path); std::exit(2); }
-  std::vector<unsigned char> out;
-  unsigned char buf[65536];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.insert(out.end(), buf, buf + n);
-  std::fclose(f);
-  return out;
-}
 
 // Every lane's two sums of tile `tile` over the units of `slice`.
 template <int WF>
@@ -86,12 +76,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   // The rows start 16-byte aligned, as the GPU's buffers do.
-  const std::vector<unsigned char> raw = read_all(argv[4]);
+  const std::vector<unsigned char> raw = read_all(argv[4], 0);
   std::vector<unsigned char> storage(raw.size() + 16);
   uint8_t* w = storage.data();
   while (reinterpret_cast<size_t>(w) % 16) ++w;
   std::memcpy(w, raw.data(), raw.size());
-  const std::vector<unsigned char> xb = read_all(argv[5]);
+  const std::vector<unsigned char> xb = read_all(argv[5], 0);
   std::vector<__nv_bfloat16> xs(k + 8);
   for (int i = 0; i < k; ++i) {
     unsigned int bits;
