@@ -171,15 +171,14 @@ pub enum TokenizerBuild {
     WhenEncoding,
 }
 
-/// [`read_checkpoint`], building a GGUF file's tokenizer as `tokenizer` says.
-pub fn read_checkpoint_with(
+/// [`read_checkpoint`], building a GGUF file's tokenizer as `tokenizer_build` says.
+fn read_checkpoint_with(
     source: &ModelSource,
     dtype: Dtype,
     weights: WeightStorage,
-    tokenizer: TokenizerBuild,
+    tokenizer_build: TokenizerBuild,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<Checkpoint, LoadError> {
-    let tokenizer_build = tokenizer;
     Ok(match source {
         ModelSource::Gguf(path) => {
             check_exists(path)?;
@@ -259,14 +258,13 @@ pub fn load(
     load_with(source, options, TokenizerBuild::Now, progress)
 }
 
-/// [`load`], building a GGUF file's tokenizer as `tokenizer` says.
+/// [`load`], building a GGUF file's tokenizer as `tokenizer_build` says.
 pub fn load_with(
     source: &ModelSource,
     options: LoadOptions,
-    tokenizer: TokenizerBuild,
+    tokenizer_build: TokenizerBuild,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<LoadedModel, LoadError> {
-    let tokenizer_build = tokenizer;
     let Checkpoint {
         config,
         tensors,

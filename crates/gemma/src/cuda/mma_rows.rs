@@ -436,6 +436,12 @@ pub(super) fn tensor_core_formats() -> i32 {
     *MASK.get_or_init(|| formats_mask(std::env::var("GEMMA_MLX_TENSOR_CORES").ok().as_deref()))
 }
 
+/// Whether rows of format `format` are read on the tensor cores (the host's
+/// side of the kernels' `gemma_mma_on`).
+pub(super) fn reads_on_tensor_cores(format: i32) -> bool {
+    (1..=6).contains(&format) && tensor_core_formats() & (1 << format) != 0
+}
+
 /// The mask of [`tensor_core_formats`] for a `GEMMA_MLX_TENSOR_CORES` value.
 fn formats_mask(chosen: Option<&str>) -> i32 {
     let names: Vec<String> = match chosen {
