@@ -6,8 +6,10 @@
 //! the Rust kernels: what CPUs without AVX2, and types `mlx-c` has no
 //! kernel for, run; `int8-avx2`; `int8-avx512`).
 //! A second group (`gguf_prefill`) multiplies layer 0's projections with 16
-//! and 256 rows of activations (a short prompt, a prompt chunk), our kernel
-//! against MLX's float32 matmul over the matrix dequantized for the product;
+//! and 256 rows of activations (a short prompt, a prompt chunk), our
+//! multi-row kernels of each x86 family (`int8-avx2`: 256-bit tiles;
+//! `int8-avx512`: 512-bit VNNI tiles) against MLX's float32 matmul over the
+//! matrix dequantized for the product;
 //! its throughput is multiply-adds.
 //! Throughput is the matrix's bytes. Needs the default model (`cargo xtask
 //! setup`); without it the benchmark says so and measures nothing.
@@ -72,7 +74,12 @@ fn main() {
         }
     }
     group.finish();
-    prefill(&mut c, &file, or_exit(CpuKernels::best()));
+    let x86_families: Vec<CpuKernels> = families
+        .iter()
+        .copied()
+        .filter(|&f| f != CpuKernels::Portable)
+        .collect();
+    prefill(&mut c, &file, &x86_families);
     c.final_summary();
 }
 
@@ -80,11 +87,11 @@ fn main() {
 /// and one chunk of a long one.
 const PREFILL_ROWS: [usize; 2] = [16, 256];
 
-/// Layer 0's projections times [`PREFILL_ROWS`] rows of activations: our
-/// multi-row kernel of `family` with 8-bit activations against the other
+/// Layer 0's projections times [`PREFILL_ROWS`] rows of activations: the
+/// multi-row kernels of each of `families` with 8-bit activations against the other
 /// prefill path, the matrix dequantized for the product and multiplied by
 /// MLX's float32 matmul (`GgufMatrix::times` with float32 activations).
-fn prefill(c: &mut Criterion, file: &GgufFile, family: CpuKernels) {
+fn prefill(c: &mut Criterion, file: &GgufFile, families: &[CpuKernels]) {
     let mut group = c.benchmark_group("gguf_prefill");
     group.sample_size(10).sampling_mode(SamplingMode::Flat);
     for info in file.tensors() {
@@ -116,18 +123,20 @@ fn prefill(c: &mut Criterion, file: &GgufFile, family: CpuKernels) {
                     format!("{}_{rows}x{cols}", info.dtype),
                 )
             };
-            group.bench_function(id(&format!("int8-{family}")), |b| {
-                b.iter(|| {
-                    or_exit(rows_times(
-                        info.dtype,
-                        w,
-                        cols,
-                        &x,
-                        &mut out,
-                        Arithmetic::int8(family),
-                    ))
-                })
-            });
+            for &family in families {
+                group.bench_function(id(&format!("int8-{family}")), |b| {
+                    b.iter(|| {
+                        or_exit(rows_times(
+                            info.dtype,
+                            w,
+                            cols,
+                            &x,
+                            &mut out,
+                            Arithmetic::int8(family),
+                        ))
+                    })
+                });
+            }
             let xs = or_exit(Array::from_slice(&x, &[inputs as i32, cols as i32]));
             group.bench_function(id("dequantized-f32-matmul"), |b| {
                 b.iter(|| or_exit(or_exit(matrix.times(&xs)).eval()))

@@ -26,8 +26,9 @@ pub enum CpuKernels {
     /// `mlx-c`'s 256-bit kernels (x86-64 with AVX2, FMA and F16C).
     Avx2,
     /// `mlx-c`'s 512-bit AVX-512 VNNI kernels where a format has one (a
-    /// single row of activations times Q4_0, Q5_0, Q8_0, Q4_K or Q6_K), the
-    /// 256-bit ones elsewhere.
+    /// single row of activations times Q4_0, Q5_0, Q8_0, Q4_K or Q6_K;
+    /// several rows times any of those or Q5_K), the 256-bit ones
+    /// elsewhere.
     Avx512,
 }
 

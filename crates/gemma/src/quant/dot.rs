@@ -25,10 +25,26 @@ use super::dtype::GgufDtype;
 /// the products.
 pub(crate) const MIN_BYTES_PER_TASK: usize = 64 * 1024;
 
+/// Tasks per thread a single row's product over a large matrix (the
+/// logits) is split into: enough to even out the threads, few enough that
+/// each task's setup in `mlx-c` (the activations laid out for the kernel)
+/// is paid a handful of times per token rather than once per 64 KB.
+const TASKS_PER_THREAD: usize = 4;
+
 /// Rows of activations a task of a multi-row product takes at least: each
 /// task decodes the whole matrix once, which costs about as much as
 /// multiplying it with a few rows.
 const MIN_INPUTS_PER_TASK: usize = 16;
+
+/// Weight rows `mlx-c`'s widest multi-row kernel decodes at a time: tasks
+/// of a split matrix take whole multiples of it.
+const ROWS_PER_TILE_BLOCK: usize = 16;
+
+/// Bytes of the matrix a task of a short prompt's product takes at least:
+/// 16 rows of activations against a 112 KB matrix took 70 µs on one core
+/// and 98 µs split over two (waking the second thread costs more than it
+/// saves); 370 KB to 900 KB matrices were 16–35 % faster split.
+const MIN_BYTES_PER_ROWS_TASK: usize = 128 * 1024;
 
 /// How activations enter a product with block-quantized rows.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -279,7 +295,9 @@ impl Product<'_> {
         if inputs == 1 {
             let row = Int8Row::new(self.x);
             let x = row.as_activations();
-            let rows_per_task = self.rows_per_task();
+            let rows_per_task = self
+                .rows_per_task()
+                .max(rows.div_ceil(TASKS_PER_THREAD * rayon::current_num_threads()));
             return Ok(out
                 .par_chunks_mut(rows_per_task)
                 .zip(self.w.par_chunks(rows_per_task * self.row_bytes))
@@ -287,9 +305,11 @@ impl Product<'_> {
                     block_rows_dot(family, dtype.id(), w, self.row_bytes, x, o)
                 })?);
         }
-        let per_task = inputs
-            .div_ceil(2 * rayon::current_num_threads())
-            .max(MIN_INPUTS_PER_TASK);
+        let threads = rayon::current_num_threads();
+        if inputs < MIN_INPUTS_PER_TASK * threads {
+            return self.run_native_by_rows(family, dtype, inputs, out);
+        }
+        let per_task = inputs.div_ceil(2 * threads).max(MIN_INPUTS_PER_TASK);
         Ok(out
             .par_chunks_mut(per_task * rows)
             .zip(self.x.par_chunks(per_task * self.cols))
@@ -298,6 +318,42 @@ impl Product<'_> {
                 let x = x.as_activations();
                 block_rows_dot(family, dtype.id(), self.w, self.row_bytes, x, o)
             })?)
+    }
+
+    /// [`Product::run_native`] for fewer rows of `x` than would give every
+    /// thread a task of [`MIN_INPUTS_PER_TASK`] (a short prompt): the
+    /// activations quantized once and the matrix's rows split into one task
+    /// per thread, each multiplying its rows with every row of `x` (split
+    /// by activation rows, 16 tokens had run on one core).
+    fn run_native_by_rows(
+        &self,
+        family: CpuKernels,
+        dtype: GgufDtype,
+        inputs: usize,
+        out: &mut [f32],
+    ) -> Result<(), DequantError> {
+        let rows = self.w.len() / self.row_bytes;
+        let x = Int8Row::new(self.x);
+        let x = x.as_activations();
+        let tasks = (self.w.len() / MIN_BYTES_PER_ROWS_TASK).clamp(1, rayon::current_num_threads());
+        let rows_per_task = rows.div_ceil(tasks).next_multiple_of(ROWS_PER_TILE_BLOCK);
+        let parts: Vec<(usize, Vec<f32>)> = self
+            .w
+            .par_chunks(rows_per_task * self.row_bytes)
+            .enumerate()
+            .map(|(task, w)| {
+                let mut part = vec![0f32; w.len() / self.row_bytes * inputs];
+                block_rows_dot(family, dtype.id(), w, self.row_bytes, x, &mut part)
+                    .map(|()| (task * rows_per_task, part))
+            })
+            .collect::<Result<_, _>>()?;
+        for (first, part) in parts {
+            let width = part.len() / inputs;
+            for (input, values) in part.chunks_exact(width).enumerate() {
+                out[input * rows + first..][..width].copy_from_slice(values);
+            }
+        }
+        Ok(())
     }
 
     /// The product for blocks of `format`: the matrix's rows in parallel,
