@@ -186,10 +186,11 @@ fn gguf_rows_multiply_one_row_on_the_tensor_cores_as_their_values_do() {
     }
     // Tiles of 16 rows and bfloat16 activations take the tensor-core GEMV
     // for the block types GEMMA_MLX_TENSOR_CORES names (by default the
-    // K-quants; `q4_0,q5_0,q8_0,q4_k,q5_k,q6_k` checks every reader), the
-    // scalar one for the others.
+    // K-quants of rows of 2048 values or more;
+    // `q4_0,q5_0,q8_0,q4_k,q5_k,q6_k` checks every reader), the scalar one
+    // for the others.
     let key = random::key(6).unwrap();
-    let (rows, cols) = (48, 768);
+    let (rows, cols) = (48, 2048);
     use GgufDtype::*;
     for (n, dtype) in [Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K].into_iter().enumerate() {
         let blocks = random_blocks(

@@ -1095,7 +1095,7 @@ pub fn decode_layer(
             (
                 "MMA",
                 TemplateArg::Int(if fits_mma {
-                    mma_rows::tensor_core_formats()
+                    mma_rows::tensor_core_formats(hidden)
                 } else {
                     0
                 }),

@@ -423,33 +423,50 @@ __device__ __forceinline__ void gemma_mma_tile(const void* data, size_t row0, in
 "#;
 
 /// The ggml block types (`weight_rows`' format numbers) whose projections
-/// run on the tensor cores unless `GEMMA_MLX_TENSOR_CORES` says otherwise.
+/// run on the tensor cores unless `GEMMA_MLX_TENSOR_CORES` says otherwise,
+/// in models of at least [`MIN_HIDDEN_FOR_TENSOR_CORES`] values a token.
 const DEFAULT_FORMATS: &[&str] = &["q4_k", "q5_k", "q6_k"];
 
-/// The block types whose projections run on the tensor cores, as a mask of
-/// format numbers (bit `f` for format `f`): those `GEMMA_MLX_TENSOR_CORES`
-/// names (comma-separated ggml type names such as `q4_k,q6_k`; `none` for
-/// the scalar readers of `weight_rows` only), else [`DEFAULT_FORMATS`].
-/// Unknown names are ignored.
-pub(super) fn tensor_core_formats() -> i32 {
-    static MASK: OnceLock<i32> = OnceLock::new();
-    *MASK.get_or_init(|| formats_mask(std::env::var("GEMMA_MLX_TENSOR_CORES").ok().as_deref()))
+/// The hidden size from which the tensor cores take [`DEFAULT_FORMATS`] by
+/// default. On an H100 (2026-12-07, Q4_K_M files, decode after 2048
+/// tokens) the K-quants on the tensor cores decoded 1B (hidden 1152) at
+/// 402–411 tok/s against 432–434 with the scalar readers, and 4B (2560)
+/// at 246–248 against 218–219, 12B (3840) at 123–124 against 103–104:
+/// small matrices leave too few 16-row tiles per block to pay for them.
+const MIN_HIDDEN_FOR_TENSOR_CORES: i32 = 2048;
+
+/// The block types whose projections run on the tensor cores in a model
+/// of `hidden` values a token, as a mask of format numbers (bit `f` for
+/// format `f`): those `GEMMA_MLX_TENSOR_CORES` names (comma-separated ggml
+/// type names such as `q4_k,q6_k`; `none` for the scalar readers of
+/// `weight_rows` only), else [`DEFAULT_FORMATS`] from
+/// [`MIN_HIDDEN_FOR_TENSOR_CORES`] and none below. Unknown names are
+/// ignored.
+pub(super) fn tensor_core_formats(hidden: i32) -> i32 {
+    static CHOSEN: OnceLock<Option<String>> = OnceLock::new();
+    let chosen = CHOSEN.get_or_init(|| std::env::var("GEMMA_MLX_TENSOR_CORES").ok());
+    formats_mask(chosen.as_deref(), hidden)
 }
 
-/// Whether rows of format `format` are read on the tensor cores (the host's
-/// side of the kernels' `gemma_mma_on`).
-pub(super) fn reads_on_tensor_cores(format: i32) -> bool {
-    (1..=6).contains(&format) && tensor_core_formats() & (1 << format) != 0
+/// Whether rows of format `format` are read on the tensor cores in a model
+/// of `hidden` values a token (the host's side of the kernels'
+/// `gemma_mma_on`).
+pub(super) fn reads_on_tensor_cores(format: i32, hidden: i32) -> bool {
+    (1..=6).contains(&format) && tensor_core_formats(hidden) & (1 << format) != 0
 }
 
-/// The mask of [`tensor_core_formats`] for a `GEMMA_MLX_TENSOR_CORES` value.
-fn formats_mask(chosen: Option<&str>) -> i32 {
+/// The mask of [`tensor_core_formats`] for a `GEMMA_MLX_TENSOR_CORES` value
+/// and a hidden size.
+fn formats_mask(chosen: Option<&str>, hidden: i32) -> i32 {
     let names: Vec<String> = match chosen {
         Some(list) => list
             .split(',')
             .map(|n| n.trim().to_ascii_lowercase())
             .collect(),
-        None => DEFAULT_FORMATS.iter().map(|n| n.to_string()).collect(),
+        None if hidden >= MIN_HIDDEN_FOR_TENSOR_CORES => {
+            DEFAULT_FORMATS.iter().map(|n| n.to_string()).collect()
+        }
+        None => Vec::new(),
     };
     names
         .iter()
@@ -471,14 +488,18 @@ mod tests {
     use super::formats_mask;
 
     #[test]
-    fn the_tensor_cores_take_the_k_quants_unless_told_otherwise() {
-        // Bits 4, 5, 6: Q4_K, Q5_K, Q6_K.
-        assert_eq!(formats_mask(None), 0b111_0000);
-        assert_eq!(formats_mask(Some("none")), 0);
-        // Q4_0 (1) and Q8_0 (3), any case and spacing; unknown names ignored.
-        assert_eq!(formats_mask(Some(" Q4_0,q8_0 , iq2_xs")), 0b1010);
+    fn the_tensor_cores_take_the_k_quants_of_large_models_unless_told_otherwise() {
+        // Bits 4, 5, 6: Q4_K, Q5_K, Q6_K, from a hidden size of 2048 (4B's
+        // 2560, not 1B's 1152).
+        assert_eq!(formats_mask(None, 2560), 0b111_0000);
+        assert_eq!(formats_mask(None, 2048), 0b111_0000);
+        assert_eq!(formats_mask(None, 1152), 0);
+        assert_eq!(formats_mask(Some("none"), 3840), 0);
+        // Named types whatever the size: Q4_0 (1) and Q8_0 (3), any case
+        // and spacing; unknown names ignored.
+        assert_eq!(formats_mask(Some(" Q4_0,q8_0 , iq2_xs"), 640), 0b1010);
         assert_eq!(
-            formats_mask(Some("q4_0,q5_0,q8_0,q4_k,q5_k,q6_k")),
+            formats_mask(Some("q4_0,q5_0,q8_0,q4_k,q5_k,q6_k"), 1152),
             0b111_1110
         );
     }

@@ -217,7 +217,7 @@ pub fn rows_gemv(x: &Array, w: &WeightRows<'_>) -> mlx_core::Result<Array> {
     let unused = mlx_core::zeros(&[1], dtype)?;
     let [data, scales, biases] = w.inputs(&unused);
     // 16 rows a warp on the tensor cores (ggml blocks, 2-byte activations).
-    let mma = mma_rows::reads_on_tensor_cores(w.format)
+    let mma = mma_rows::reads_on_tensor_cores(w.format, w.cols)
         && dtype.size_bytes() == 2
         && w.rows % 16 == 0
         && w.cols * 2 + w.cols / 16 * 4 + 128 <= MAX_SHARED_ACTIVATIONS;
