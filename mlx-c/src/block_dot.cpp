@@ -464,8 +464,21 @@ inline size_t lane_of(size_t g) {
   return g / 8 * 8 + kLaneOf[g % 8];
 }
 
-/// One decoded row's outputs.
-struct DecodedRow {
+/// Where the 256-bit tiles keep a group's scale: one float, in lane order.
+struct LaneOrderScales {
+  static void put(float* s, size_t g, float scale) { s[lane_of(g)] = scale; }
+};
+
+/// Where the 512-bit tiles keep a group's scale: in its 4 integer lanes.
+struct FourLaneScales {
+  static void put(float* s, size_t g, float scale) {
+    std::fill(s + 4 * g, s + 4 * g + 4, scale);
+  }
+};
+
+/// One decoded row's outputs, the scales laid out as `Scales` puts them.
+template <typename Scales>
+struct RowOutputs {
   uint8_t* q;
   float* s;
   float* m;
@@ -474,7 +487,7 @@ struct DecodedRow {
   /// `add`.
   void groups(size_t first, size_t count, float scale, float add) const {
     for (size_t g = first; g < first + count; ++g) {
-      s[lane_of(g)] = scale;
+      Scales::put(s, g, scale);
       m[g] = add;
     }
   }
@@ -484,6 +497,9 @@ struct DecodedRow {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * v), values);
   }
 };
+
+/// A row decoded for the 256-bit multi-row product.
+using DecodedRow = RowOutputs<LaneOrderScales>;
 
 template <typename Out>
 AVX2 void decode_q4_0(const uint8_t* row, size_t cols, const Out& out) {
@@ -996,25 +1012,7 @@ struct WideTile {
 };
 
 /// One row of a `WideTile` as the decoders write it.
-struct WideRow {
-  uint8_t* q;
-  float* s4;
-  float* m;
-
-  /// Groups `first` to `first + count − 1` take scale `scale` and term
-  /// `add`.
-  void groups(size_t first, size_t count, float scale, float add) const {
-    for (size_t g = first; g < first + count; ++g) {
-      std::fill(s4 + 4 * g, s4 + 4 * g + 4, scale);
-      m[g] = add;
-    }
-  }
-
-  /// Values 32v to 32v + 31 are `values`.
-  AVX2 void store(size_t v, __m256i values) const {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * v), values);
-  }
-};
+using WideRow = RowOutputs<FourLaneScales>;
 
 using WideDecoder = void (*)(const uint8_t*, size_t, const WideRow&);
 
@@ -1076,6 +1074,23 @@ AVX512 inline __m512 wide_step(__m512 acc, __m512i w, __m512i x,
   return _mm512_fmadd_ps(_mm512_cvtepi32_ps(ints), scales, acc);
 }
 
+/// 64 values of a tile's four weight rows (unsigned integers, each group's
+/// scale in its 4 lanes).
+struct WideStep {
+  __m512i w[4];
+  __m512 s[4];
+
+  /// `a0` to `a3` (one per weight row) plus the products with activations
+  /// `x` of scales `t`.
+  AVX512 void times(__m512i x, __m512 t, __m512& a0, __m512& a1, __m512& a2,
+                    __m512& a3) const {
+    a0 = wide_step(a0, w[0], x, _mm512_mul_ps(s[0], t));
+    a1 = wide_step(a1, w[1], x, _mm512_mul_ps(s[1], t));
+    a2 = wide_step(a2, w[2], x, _mm512_mul_ps(s[2], t));
+    a3 = wide_step(a3, w[3], x, _mm512_mul_ps(s[3], t));
+  }
+};
+
 /// Rows `r0` to `r0 + rows − 1` of `out` (4 at most) for activation rows
 /// `c` and `c + 1` (the second only where `two_inputs`).
 AVX512 inline void wide_tile_product(WideTile& w, size_t rows,
@@ -1112,26 +1127,16 @@ AVX512 inline void wide_tile_product(WideTile& w, size_t rows,
     a13 = _mm512_fmadd_ps(m3, u1, a13);
   }
   for (size_t v = 0, g = 0; v < cols; v += 64, g += 16) {
-    const __m512i w0 = _mm512_loadu_si512(wq + v);
-    const __m512i w1 = _mm512_loadu_si512(wq + qs + v);
-    const __m512i w2 = _mm512_loadu_si512(wq + 2 * qs + v);
-    const __m512i w3 = _mm512_loadu_si512(wq + 3 * qs + v);
-    const __m512 s0 = _mm512_loadu_ps(ws + g);
-    const __m512 s1 = _mm512_loadu_ps(ws + ss + g);
-    const __m512 s2 = _mm512_loadu_ps(ws + 2 * ss + g);
-    const __m512 s3 = _mm512_loadu_ps(ws + 3 * ss + g);
-    const __m512i x0 = _mm512_loadu_si512(xq0 + v);
-    const __m512 t0 = _mm512_loadu_ps(xs0 + g);
-    a00 = wide_step(a00, w0, x0, _mm512_mul_ps(s0, t0));
-    a01 = wide_step(a01, w1, x0, _mm512_mul_ps(s1, t0));
-    a02 = wide_step(a02, w2, x0, _mm512_mul_ps(s2, t0));
-    a03 = wide_step(a03, w3, x0, _mm512_mul_ps(s3, t0));
-    const __m512i x1 = _mm512_loadu_si512(xq1 + v);
-    const __m512 t1 = _mm512_loadu_ps(xs1 + g);
-    a10 = wide_step(a10, w0, x1, _mm512_mul_ps(s0, t1));
-    a11 = wide_step(a11, w1, x1, _mm512_mul_ps(s1, t1));
-    a12 = wide_step(a12, w2, x1, _mm512_mul_ps(s2, t1));
-    a13 = wide_step(a13, w3, x1, _mm512_mul_ps(s3, t1));
+    const WideStep tile{
+        {_mm512_loadu_si512(wq + v), _mm512_loadu_si512(wq + qs + v),
+         _mm512_loadu_si512(wq + 2 * qs + v),
+         _mm512_loadu_si512(wq + 3 * qs + v)},
+        {_mm512_loadu_ps(ws + g), _mm512_loadu_ps(ws + ss + g),
+         _mm512_loadu_ps(ws + 2 * ss + g), _mm512_loadu_ps(ws + 3 * ss + g)}};
+    tile.times(_mm512_loadu_si512(xq0 + v), _mm512_loadu_ps(xs0 + g), a00,
+               a01, a02, a03);
+    tile.times(_mm512_loadu_si512(xq1 + v), _mm512_loadu_ps(xs1 + g), a10,
+               a11, a12, a13);
   }
   const __m512 first[4] = {a00, a01, a02, a03};
   const __m512 second[4] = {a10, a11, a12, a13};
