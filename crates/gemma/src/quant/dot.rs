@@ -149,6 +149,10 @@ pub fn rows_times(
             type_size: type_size as u64,
         });
     }
+    if out.is_empty() {
+        // No rows of activations (or of the matrix): nothing to multiply.
+        return Ok(());
+    }
     let product = Product {
         w,
         row_bytes,
@@ -725,5 +729,23 @@ mod tests {
         let mut out = vec![0f32; 2];
         let int8 = Arithmetic::int8(CpuKernels::best().unwrap());
         assert!(rows_times(GgufDtype::F32, &w, 64, &x, &mut out, int8).is_err());
+    }
+
+    #[test]
+    fn no_rows_of_activations_multiply_to_nothing_in_every_family() {
+        let w = blocks(GgufDtype::Q8_0, 4, 1);
+        for family in CpuKernels::supported().unwrap() {
+            let mut out: Vec<f32> = Vec::new();
+            rows_times(
+                GgufDtype::Q8_0,
+                &w,
+                64,
+                &[],
+                &mut out,
+                Arithmetic::int8(family),
+            )
+            .unwrap();
+            assert!(out.is_empty(), "{family}");
+        }
     }
 }
