@@ -30,7 +30,7 @@ impl Reference {
     pub fn new(logits: &Array) -> Result<Reference, GenerateError> {
         let logprobs = log_softmax(logits)?;
         let probs = cpu_rows::exp(&logprobs)?;
-        let top = logprobs.argmax(-1, false)?;
+        let top = cpu_rows::argmax_rows(&logprobs)?;
         mlx_core::eval(&[&logprobs, &probs, &top])?;
         Ok(Reference {
             logprobs,
@@ -79,16 +79,21 @@ pub fn compare_into(
 ) -> Result<(), GenerateError> {
     let shape = candidate_logits.shape();
     let (l, v) = (shape[0], shape[1]);
+    // Every row's statistics first (our row operations read whole arrays;
+    // a slice of rows would be copied for them), then the scored ones.
+    let z_all = candidate_logits.astype(Dtype::Float32)?;
+    let lse_all = cpu_rows::logsumexp_rows(&z_all)?;
+    let (p_all, lr_all) = (&reference.probs, &reference.logprobs);
+    let kld_all = match cpu_rows::kl_rows(p_all, lr_all, &z_all, &lse_all)? {
+        Some(kld) => kld,
+        None => kl_terms(p_all, lr_all, &z_all, &lse_all)?.sum(&[-1], false)?,
+    };
+    let scored = |a: &Array| a.slice(&[first], &[l - 1], &[1]);
+    let kld = scored(&kld_all)?;
+    let same = scored(&reference.top)?.equal(&scored(&cpu_rows::argmax_rows(&z_all)?)?)?;
     let rows = |a: &Array| a.slice(&[first, 0], &[l - 1, v], &[1, 1]);
-    let (p, lr) = (rows(&reference.probs)?, rows(&reference.logprobs)?);
-    let z = rows(&candidate_logits.astype(Dtype::Float32)?)?;
-    let lse = cpu_rows::logsumexp_rows(&z)?;
-    // KL(ref ‖ cand) = Σ p_ref (ln p_ref − ln p_cand), ln p_cand = z − lse
-    let kld = kl_terms(&p, &lr, &z, &lse)?.sum(&[-1], false)?;
-    let same = reference
-        .top
-        .slice(&[first], &[l - 1], &[1])?
-        .equal(&z.argmax(-1, false)?)?;
+    let (lr, z) = (rows(lr_all)?, rows(&z_all)?);
+    let lse = lse_all.slice(&[first, 0], &[l - 1, 1], &[1, 1])?;
     let next = next.slice(&[first], &[l - 1], &[1])?.reshape(&[-1, 1])?;
     let pick = |a: &Array| -> Result<Array, GenerateError> {
         Ok(a.take_along_axis(&next, -1)?.reshape(&[-1])?)
