@@ -106,6 +106,16 @@ fn attend_stored(
         attend.values.decoded(q.dtype())?,
     );
     if !place.gpu && q.dim(2)? > 1 {
+        // A float16 or bfloat16 cache under float32 queries: its vectors
+        // widened (exactly) to float32 for our masked softmax, as MLX's
+        // attention would promote them, with its scalar `exp`.
+        let widened = |a: &Array| -> mlx_core::Result<Array> {
+            match (q.dtype(), a.dtype()) {
+                (Dtype::Float32, Dtype::Float16 | Dtype::Bfloat16) => a.astype(Dtype::Float32),
+                _ => Ok(a.clone()),
+            }
+        };
+        let (keys, values) = (widened(&keys)?, widened(&values)?);
         if let Some(mask) = prompt_mask(&attend.mask, q, &keys, &values)? {
             return Ok(cpu_prompt_attention::attend(
                 q, &keys, &values, scale, mask,
@@ -155,4 +165,59 @@ pub(super) fn decode_turbo(store: &KvStore, dtype: Dtype) -> Result<KvStore, Cac
         KvStore::Turbo(t) => KvStore::Float(t.decode_rotated(dtype)?),
         other => other.clone(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::KvFormat;
+
+    #[test]
+    fn a_float16_cache_under_float32_queries_attends_as_its_widened_vectors_do() {
+        // A prompt chunk of 6 queries (4 heads) over 9 keys and values of one
+        // head held in float16: the CPU's own masked attention of their exact
+        // float32 widening, as MLX's attention of the widened vectors gives it.
+        let wave =
+            |n: usize, f: f32| -> Vec<f32> { (0..n).map(|i| (i as f32 * f).sin() * 2.0).collect() };
+        let d = 64;
+        let q = Array::from_slice(&wave(4 * 6 * d, 0.37), &[1, 4, 6, d as i32]).unwrap();
+        let kv = |f: f32| {
+            Array::from_slice(&wave(9 * d, f), &[1, 1, 9, d as i32])
+                .unwrap()
+                .astype(Dtype::Float16)
+                .unwrap()
+        };
+        let (keys, values) = (kv(0.53), kv(0.71));
+        let f16 = KvFormat::Float(Some(Dtype::Float16));
+        let attend = Attend {
+            keys: KvStore::encode(&keys, f16).unwrap(),
+            values: KvStore::encode(&values, f16).unwrap(),
+            mask: KeyMask::Causal,
+            queries: QueryRounding::Exact,
+            rotation: Rotation::NONE,
+        };
+        let scale = 0.125;
+        let ours = cache_attention(&q, &attend, scale, false).unwrap();
+        assert_eq!(ours.dtype(), Dtype::Float32);
+        let widened = |a: &Array| a.astype(Dtype::Float32).unwrap();
+        let theirs = scaled_dot_product_attention(
+            &q,
+            &widened(&keys),
+            &widened(&values),
+            scale,
+            AttentionMask::Causal,
+        )
+        .unwrap();
+        let (ours, theirs) = (
+            ours.to_vec::<f32>().unwrap(),
+            theirs.to_vec::<f32>().unwrap(),
+        );
+        assert_eq!(ours.len(), theirs.len());
+        for (i, (a, b)) in ours.iter().zip(&theirs).enumerate() {
+            assert!(
+                (a - b).abs() <= 1e-5 * b.abs().max(1.0),
+                "value {i}: {a} against {b}"
+            );
+        }
+    }
 }
