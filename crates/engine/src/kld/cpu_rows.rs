@@ -43,34 +43,60 @@ fn row_logsumexp(row: &[f32]) -> f32 {
     max + (sum.ln() as f32)
 }
 
-/// Each row's log-sum-exp `[R, 1]` of `x` `[R, V]` (keeping the reduced axis,
-/// as `x.logsumexp(&[-1], true)` does).
-pub fn logsumexp_rows(x: &Array) -> mlx_core::Result<Array> {
+/// One value per row of float32 `x` `[R, V]` (`V` > 0), `row` applied to
+/// each row on rayon's pool, as an array of `dtype` shaped `[R]` followed
+/// by `trailing` (`what` names the operation in errors); `None` off the
+/// CPU or for other shapes and dtypes, where the caller's MLX operation
+/// serves.
+fn per_row<T: bytemuck::Pod + Send>(
+    x: &Array,
+    trailing: &[i32],
+    dtype: Dtype,
+    what: &'static str,
+    row: fn(&[f32]) -> T,
+) -> mlx_core::Result<Option<Array>> {
     let shape = x.shape();
     let [rows, width] = shape[..] else {
-        return x.logsumexp(&[-1], true);
+        return Ok(None);
     };
     if x.dtype() != Dtype::Float32 || width == 0 || !on_cpu()? {
-        return x.logsumexp(&[-1], true);
+        return Ok(None);
     }
     let width = width as usize;
     let kernel: Arc<CpuKernelFn> = Arc::new(move |inputs, out| {
         let [x] = inputs else {
-            return Err(format!(
-                "the row log-sum-exp takes 1 input, got {}",
-                inputs.len()
-            ));
+            return Err(format!("{what} takes 1 input, got {}", inputs.len()));
         };
-        let (x, out) = (floats(x)?, floats_mut(out)?);
+        let x = floats(x)?;
+        let out: &mut [T] =
+            bytemuck::try_cast_slice_mut(out).map_err(|e| format!("{what}'s output: {e}"))?;
         if x.len() != out.len() * width {
-            return Err("the row log-sum-exp's input and output differ in rows".into());
+            return Err(format!("{what}'s input and output differ in rows"));
         }
         out.par_iter_mut()
             .zip(x.par_chunks(width))
-            .for_each(|(o, row)| *o = row_logsumexp(row));
+            .for_each(|(o, values)| *o = row(values));
         Ok(())
     });
-    cpu_kernel(&[x], &[rows, 1], Dtype::Float32, kernel)
+    let out_shape: Vec<i32> = std::iter::once(rows)
+        .chain(trailing.iter().copied())
+        .collect();
+    cpu_kernel(&[x], &out_shape, dtype, kernel).map(Some)
+}
+
+/// Each row's log-sum-exp `[R, 1]` of `x` `[R, V]` (keeping the reduced axis,
+/// as `x.logsumexp(&[-1], true)` does).
+pub fn logsumexp_rows(x: &Array) -> mlx_core::Result<Array> {
+    match per_row(
+        x,
+        &[1],
+        Dtype::Float32,
+        "the row log-sum-exp",
+        row_logsumexp,
+    )? {
+        Some(lse) => Ok(lse),
+        None => x.logsumexp(&[-1], true),
+    }
 }
 
 /// Each row's index of its first largest value `[R]` (uint32) of `x` `[R,
@@ -78,33 +104,10 @@ pub fn logsumexp_rows(x: &Array) -> mlx_core::Result<Array> {
 /// NaN is never picked here; such positions are left out of the
 /// statistics anyway).
 pub fn argmax_rows(x: &Array) -> mlx_core::Result<Array> {
-    let shape = x.shape();
-    let [rows, width] = shape[..] else {
-        return x.argmax(-1, false);
-    };
-    if x.dtype() != Dtype::Float32 || width == 0 || !on_cpu()? {
-        return x.argmax(-1, false);
+    match per_row(x, &[], Dtype::Uint32, "the row argmax", row_argmax)? {
+        Some(top) => Ok(top),
+        None => x.argmax(-1, false),
     }
-    let width = width as usize;
-    let kernel: Arc<CpuKernelFn> = Arc::new(move |inputs, out| {
-        let [x] = inputs else {
-            return Err(format!(
-                "the row argmax takes 1 input, got {}",
-                inputs.len()
-            ));
-        };
-        let x = floats(x)?;
-        let out: &mut [u32] =
-            bytemuck::try_cast_slice_mut(out).map_err(|e| format!("uint32 indices: {e}"))?;
-        if x.len() != out.len() * width {
-            return Err("the row argmax's input and output differ in rows".into());
-        }
-        out.par_iter_mut()
-            .zip(x.par_chunks(width))
-            .for_each(|(o, row)| *o = row_argmax(row));
-        Ok(())
-    });
-    cpu_kernel(&[x], &[rows], Dtype::Uint32, kernel)
 }
 
 /// The index of the first largest value of a non-empty row.
