@@ -28,8 +28,9 @@ use mlx_core::cpu_kernel::{
 };
 use mlx_core::{Array, Dtype};
 
-use super::attention::{attend, dot, Heads};
+use super::attention::{attend, Heads};
 use super::gelu::gated_gelu_into;
+use super::norms::{rms_norm, rms_norm_in_place, RopeTable};
 use crate::cache::{KvStore, LayerKv};
 use crate::linear::projection::Projection;
 use crate::model::{Layer, LayerGeometry};
@@ -533,53 +534,6 @@ fn scalar(bytes: &[u8]) -> Result<i32, String> {
     match bytemuck::try_cast_slice::<u8, i32>(bytes) {
         Ok([v]) => Ok(*v),
         _ => Err(format!("an int32 scalar input of {} bytes", bytes.len())),
-    }
-}
-
-/// `w · x / √(mean(x²) + eps)`.
-fn rms_norm(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
-    let mut out = x.to_vec();
-    rms_norm_in_place(&mut out, w, eps);
-    out
-}
-
-/// [`rms_norm`] in place.
-fn rms_norm_in_place(x: &mut [f32], w: &[f32], eps: f32) {
-    let inverse = 1.0 / (dot(x, x) / x.len().max(1) as f32 + eps).sqrt();
-    for (v, w) in x.iter_mut().zip(w) {
-        *v = w * (*v * inverse);
-    }
-}
-
-/// RoPE's cosines and sines at one position, for vectors whose halves
-/// rotate together (MLX's non-traditional layout).
-struct RopeTable {
-    cos: Vec<f32>,
-    sin: Vec<f32>,
-}
-
-impl RopeTable {
-    /// The table of `position` (already scaled) for `dim`-wide vectors.
-    fn new(position: f32, base: f32, dim: usize) -> RopeTable {
-        let half = dim / 2;
-        let (cos, sin) = (0..half)
-            .map(|i| {
-                let frequency = (-(i as f32) / half as f32 * base.log2()).exp2();
-                let theta = position * frequency;
-                (theta.cos(), theta.sin())
-            })
-            .unzip();
-        RopeTable { cos, sin }
-    }
-
-    /// Rotates `x` in place.
-    fn apply(&self, x: &mut [f32]) {
-        let (a, b) = x.split_at_mut(self.cos.len());
-        for (((a, b), c), s) in a.iter_mut().zip(b).zip(&self.cos).zip(&self.sin) {
-            let (x1, x2) = (*a, *b);
-            *a = x1 * c - x2 * s;
-            *b = x1 * s + x2 * c;
-        }
     }
 }
 

@@ -28,9 +28,7 @@ use crate::cache::turbo::{rotate, unrotate};
 use crate::cache::{KeyMask, KvStore, LayerCache};
 use crate::cpu::gelu as cpu_gelu;
 use crate::cpu::layer::{self as cpu_layer, decode_layer_cpu, CpuBlock};
-use crate::cuda::{
-    decode_layer, grid_barrier, qk_norm_rope, resident_blocks, residual_norms, LayerWeights, Rotary,
-};
+use crate::cuda::{decode_layer, grid_barrier, resident_blocks, LayerWeights, Rotary};
 use crate::model::{Gemma3, Layer, ModelError};
 pub use attention::cache_attention;
 use attention::{attend_to, decode_turbo};
@@ -91,6 +89,10 @@ impl Gemma3 {
             )));
         }
         let place = self.placement()?;
+        let place = Placement {
+            cpu_rows: !place.gpu && self.has_cpu_layers()?,
+            ..place
+        };
         let mut h = self.embed.rows_with(tokens, place.products(), self.dtype)?;
         if h.dtype() != self.dtype {
             h = h.astype(self.dtype)?;
@@ -264,25 +266,15 @@ impl Gemma3 {
         place: Placement,
     ) -> Result<(Array, Array), ModelError> {
         let eps = self.config.rms_norm_eps;
-        let fused = place.kernels;
         let r = self.attention(index, layer, x_normed, target, place)?;
-        let (h, h_normed) = residual_norms(
+        let (h, h_normed) = place.residual_norms(
             x,
             &r,
-            &layer.post_attention_norm,
-            &layer.pre_feedforward_norm,
+            (&layer.post_attention_norm, &layer.pre_feedforward_norm),
             eps,
-            fused,
         )?;
         let r = self.mlp(layer, &h_normed, place)?;
-        Ok(residual_norms(
-            &h,
-            &r,
-            &layer.post_feedforward_norm,
-            next_norm,
-            eps,
-            fused,
-        )?)
+        Ok(place.residual_norms(&h, &r, (&layer.post_feedforward_norm, next_norm), eps)?)
     }
 
     fn mlp(&self, layer: &Layer, x: &Array, place: Placement) -> Result<Array, ModelError> {
@@ -315,7 +307,6 @@ impl Gemma3 {
         place: Placement,
     ) -> Result<Array, ModelError> {
         let c = &self.config;
-        let fused = place.kernels;
         let (hq, hkv, d) = (
             c.num_attention_heads as i32,
             c.num_key_value_heads as i32,
@@ -338,14 +329,12 @@ impl Gemma3 {
             base,
             scale,
         };
-        let (q, k) = qk_norm_rope(
-            q,
-            k,
+        let (q, k) = place.qk_norm_rope(
+            (q, k),
             (&layer.q_norm, &layer.k_norm),
             (hq, hkv, d),
             rotary,
             c.rms_norm_eps,
-            fused,
         )?;
         let v = v.reshape(&[b, l, hkv, d])?.transpose(&[0, 2, 1, 3])?;
         let attend = target.update(&k, &v)?;
