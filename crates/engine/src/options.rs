@@ -11,12 +11,15 @@ use sample::SamplerConfig;
 use serde::Serialize;
 
 /// Prompt tokens per forward pass by default on `device`: 256 on the CPU,
-/// 2048 (mlx-lm's default) on the GPU. MLX's CPU attention scores every
-/// query of a chunk against every key it holds, masked or not, with a scalar
-/// `exp`, so long chunks waste work on the causal mask and on keys outside
-/// Gemma 3's sliding window. On the default model, 2048-token prompts ran at
-/// 240 / 370 / 395 tok/s in chunks of 2048 / 512 / 256, and 512-token
-/// prompts at 404 / 418 / 418 tok/s in chunks of 512 / 256 / 128.
+/// 2048 (mlx-lm's default) on the GPU. The attention scores every query of
+/// a chunk against every key it holds (masked or not), and a chunk's
+/// activations and scores are held at once, so the CPU's chunks stay short.
+/// On the default model (Xeon, `avx512`, the norms and RoPE on our
+/// operations), 512-token prompts ran at 600–614 / 647–655 / 457–470 tok/s
+/// in chunks of 256 / 512 / 128, 2048-token prompts at 511–524 / 540–585 /
+/// 543–570 in chunks of 256 / 512 / 1024; chunks of 512 raised the peak
+/// resident memory of a 512-token prompt from 360–361 to 389–397 MiB, past
+/// the 1.1× of llama.cpp's that the CPU keeps to.
 pub fn default_prefill_chunk(device: Device) -> usize {
     match device {
         Device::Cpu => 256,

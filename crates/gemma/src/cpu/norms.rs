@@ -119,8 +119,7 @@ fn tables(rows: RopeRows) -> Arc<Vec<RopeTable>> {
 /// Float32 queries `q` `[B, L, Hq·D]` and keys `k` `[B, L, Hkv·D]` of
 /// `rope.rows` = L rows each: every head RMS-normed (`q_norm`, `k_norm`)
 /// and rotated at its row's position, as `[B, Hq, L, D]` and `[B, Hkv, L,
-/// D]` (two views of one output). `None` for other dtypes or shapes (MLX's
-/// operations then serve).
+/// D]`. `None` for other dtypes or shapes (MLX's operations then serve).
 pub(crate) fn qk_norm_rope(
     q: &Array,
     k: &Array,
@@ -129,65 +128,57 @@ pub(crate) fn qk_norm_rope(
     rope: RopeRows,
     eps: f32,
 ) -> mlx_core::Result<Option<(Array, Array)>> {
+    let q = heads_norm_rope(q, q_norm, hq, rope, eps)?;
+    let k = heads_norm_rope(k, k_norm, hkv, rope, eps)?;
+    Ok(q.zip(k))
+}
+
+/// [`qk_norm_rope`] of one of them, `x` `[B, L, heads·D]` with its norm
+/// `[D]`: its own output, so that a cache keeping the keys keeps nothing
+/// else alive.
+fn heads_norm_rope(
+    x: &Array,
+    norm: &Array,
+    heads: i32,
+    rope: RopeRows,
+    eps: f32,
+) -> mlx_core::Result<Option<Array>> {
     let d = rope.dim as i32;
-    let (b, l) = (q.dim(0)?, q.dim(1)?);
-    let float32 = [q, k, q_norm, k_norm]
-        .iter()
-        .all(|a| a.dtype() == Dtype::Float32);
-    if !float32
-        || q.shape() != [b, l, hq * d]
-        || k.shape() != [b, l, hkv * d]
-        || q_norm.shape() != [d]
-        || k_norm.shape() != [d]
+    let (b, l) = (x.dim(0)?, x.dim(1)?);
+    if x.dtype() != Dtype::Float32
+        || norm.dtype() != Dtype::Float32
+        || x.shape() != [b, l, heads * d]
+        || norm.shape() != [d]
         || l as usize != rope.rows
         || d % 2 != 0
     {
         return Ok(None);
     }
     let tables = tables(rope);
-    let (heads, hq, rows, dim) = ((hq + hkv) as usize, hq as usize, l as usize, rope.dim);
+    let (count, rows, dim) = (heads as usize, rope.rows, rope.dim);
     let kernel: Arc<CpuKernelFn> = Arc::new(move |inputs, out| {
-        let [q, k, q_norm, k_norm] = inputs else {
+        let [x, norm] = inputs else {
             return Err(format!(
-                "q/k norm and RoPE take 4 inputs, got {}",
+                "a norm and RoPE take 2 inputs, got {}",
                 inputs.len()
             ));
         };
-        let (q, k) = (floats(q)?, floats(k)?);
-        let (q_norm, k_norm) = (floats(q_norm)?, floats(k_norm)?);
+        let (x, norm) = (floats(x)?, floats(norm)?);
         let out = floats_mut(out)?;
-        let hkv = heads - hq;
         out.par_chunks_mut(dim)
             .enumerate()
             .with_min_len(MIN_ROWS_PER_TASK)
             .for_each(|(i, vector)| {
-                let (row, head) = (i % rows, (i / rows) % heads);
-                let batch_row = (i / (rows * heads)) * rows + row;
-                let (source, width, at, norm) = match head < hq {
-                    true => (q, hq * dim, head * dim, q_norm),
-                    false => (k, hkv * dim, (head - hq) * dim, k_norm),
-                };
-                let start = batch_row * width + at;
-                vector.copy_from_slice(&source[start..start + dim]);
+                let (row, head) = (i % rows, (i / rows) % count);
+                let batch_row = (i / (rows * count)) * rows + row;
+                let start = (batch_row * count + head) * dim;
+                vector.copy_from_slice(&x[start..start + dim]);
                 rms_norm_in_place(vector, norm, eps);
                 tables[row].apply(vector);
             });
         Ok(())
     });
-    let both = cpu_kernel(
-        &[q, k, q_norm, k_norm],
-        &[b, hq as i32 + hkv, l, d],
-        Dtype::Float32,
-        kernel,
-    )?;
-    Ok(Some((
-        both.slice(&[0, 0, 0, 0], &[b, hq as i32, l, d], &[1, 1, 1, 1])?,
-        both.slice(
-            &[0, hq as i32, 0, 0],
-            &[b, hq as i32 + hkv, l, d],
-            &[1, 1, 1, 1],
-        )?,
-    )))
+    cpu_kernel(&[x, norm], &[b, heads, l, d], Dtype::Float32, kernel).map(Some)
 }
 
 /// The block's residual step over float32 rows: `h = x + rms_norm(r,

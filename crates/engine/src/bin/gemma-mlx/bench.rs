@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use engine::options::default_decode;
 use engine::{generate, Engine, GenerateOptions, Generation};
 use gemma::cache::{CacheFormat, KvFormat, LayerCache};
 use mlx_core::memory;
@@ -171,9 +172,15 @@ fn caches(engine: &Engine, case: &Case) -> Result<Vec<LayerCache>> {
         .collect())
 }
 
+/// One case, decoded as `generate` decodes on the command line
+/// ([`default_decode`]: the compiled step where every block runs as one
+/// kernel of ours).
 fn run_case(engine: &Engine, case: &Case, bias: &[(u32, f32)]) -> Result<Generation> {
     let mut caches = caches(engine, case)?;
-    let options = options(case.max_tokens, bias)?;
+    let options = GenerateOptions {
+        decode: default_decode(&engine.loaded.model)?,
+        ..options(case.max_tokens, bias)?
+    };
     memory::clear_cache()?;
     generate(
         &engine.loaded.model,
