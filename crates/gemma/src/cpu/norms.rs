@@ -86,8 +86,10 @@ pub(crate) struct RopeRows {
 /// chunk, not once per layer.
 static RECENT_TABLES: Mutex<Vec<(RopeRows, Arc<Vec<RopeTable>>)>> = Mutex::new(Vec::new());
 
-/// Tables kept in [`RECENT_TABLES`].
-const RECENT_TABLES_KEPT: usize = 4;
+/// Tables kept in [`RECENT_TABLES`]: a chunk's two. Each holds 8 bytes per
+/// row and head value (2 MB for a chunk of 1024 rows of 256 values), and the
+/// last chunk's stay held until the next prompt.
+const RECENT_TABLES_KEPT: usize = 2;
 
 /// The tables of `rows`' positions, one per row.
 fn tables(rows: RopeRows) -> Arc<Vec<RopeTable>> {
