@@ -90,7 +90,8 @@ const PREFILL_ROWS: [usize; 2] = [16, 256];
 /// Layer 0's projections times [`PREFILL_ROWS`] rows of activations: the
 /// multi-row kernels of each of `families` with 8-bit activations against the other
 /// prefill path, the matrix dequantized for the product and multiplied by
-/// MLX's float32 matmul (`GgufMatrix::times` with float32 activations).
+/// MLX's float32 matmul (`GgufMatrix::times` with float32 activations), and
+/// that path's dequantization alone (its share of the product).
 fn prefill(c: &mut Criterion, file: &GgufFile, families: &[CpuKernels]) {
     let mut group = c.benchmark_group("gguf_prefill");
     group.sample_size(10).sampling_mode(SamplingMode::Flat);
@@ -138,6 +139,9 @@ fn prefill(c: &mut Criterion, file: &GgufFile, families: &[CpuKernels]) {
                 });
             }
             let xs = or_exit(Array::from_slice(&x, &[inputs as i32, cols as i32]));
+            group.bench_function(id("dequantize-only"), |b| {
+                b.iter(|| or_exit(or_exit(matrix.dequantized()).eval()))
+            });
             group.bench_function(id("dequantized-f32-matmul"), |b| {
                 b.iter(|| or_exit(or_exit(matrix.times(&xs)).eval()))
             });
