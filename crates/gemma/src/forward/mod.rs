@@ -89,10 +89,6 @@ impl Gemma3 {
             )));
         }
         let place = self.placement()?;
-        let place = Placement {
-            cpu_rows: !place.gpu && self.has_cpu_layers()?,
-            ..place
-        };
         let mut h = self.embed.rows_with(tokens, place.products(), self.dtype)?;
         if h.dtype() != self.dtype {
             h = h.astype(self.dtype)?;
@@ -113,6 +109,12 @@ impl Gemma3 {
                 return Ok(normed);
             }
         }
+        // Past the one-token paths: whether a chunk's norms run on our CPU
+        // operations is asked only here, not on every decoded token.
+        let place = Placement {
+            cpu_rows: !place.gpu && self.has_cpu_layers()?,
+            ..place
+        };
         let mut normed = rms_norm(&h, Some(&first.input_norm), self.config.rms_norm_eps)?;
         // Several tokens over GGUF blocks on the GPU dequantize each
         // projection for its product: evaluated a block at a time, so that
