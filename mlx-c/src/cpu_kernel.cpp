@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 
 #include "internal.h"
 #include "mlx/backend/cpu/encoder.h"
@@ -11,6 +12,67 @@
 using namespace mlxc;
 
 namespace {
+
+/// An input that is not row-contiguous (a broadcast, a transpose, a strided
+/// slice): gathered into a buffer of its own on the stream's thread, when
+/// its values are ready.
+struct Scattered {
+  size_t input;
+  const char* src;
+  std::vector<int> shape;
+  std::vector<int64_t> strides;
+  size_t itemsize;
+  size_t nbytes;
+};
+
+/// The values of `in` in row-major order, into `dst`.
+void gather(const Scattered& in, char* dst) {
+  // Unit axes dropped, axes that step into each other merged.
+  std::vector<int> shape;
+  std::vector<int64_t> strides;
+  for (size_t i = 0; i < in.shape.size(); ++i) {
+    if (in.shape[i] == 1) {
+      continue;
+    }
+    if (!shape.empty() && strides.back() == in.strides[i] * in.shape[i]) {
+      shape.back() *= in.shape[i];
+      strides.back() = in.strides[i];
+      continue;
+    }
+    shape.push_back(in.shape[i]);
+    strides.push_back(in.strides[i]);
+  }
+  const size_t item = in.itemsize;
+  if (shape.empty()) {
+    std::memcpy(dst, in.src, in.nbytes);
+    return;
+  }
+  const size_t axes = shape.size();
+  const int inner = shape.back();
+  const int64_t step = strides.back() * static_cast<int64_t>(item);
+  const bool run = strides.back() == 1;
+  std::vector<int> index(axes, 0);
+  const char* src = in.src;
+  for (size_t done = 0; done < in.nbytes; done += inner * item) {
+    if (run) {
+      std::memcpy(dst, src, inner * item);
+    } else {
+      for (int i = 0; i < inner; ++i) {
+        std::memcpy(dst + i * item, src + i * step, item);
+      }
+    }
+    dst += inner * item;
+    // The next row: the outer index counts up like an odometer.
+    for (size_t a = axes - 1; a-- > 0;) {
+      src += strides[a] * static_cast<int64_t>(item);
+      if (++index[a] < shape[a]) {
+        break;
+      }
+      src -= strides[a] * static_cast<int64_t>(item) * shape[a];
+      index[a] = 0;
+    }
+  }
+}
 
 class CpuKernel : public mx::UnaryPrimitive {
  public:
@@ -24,23 +86,40 @@ class CpuKernel : public mx::UnaryPrimitive {
     auto& encoder = mx::cpu::get_command_encoder(stream());
     std::vector<void*> data;
     std::vector<size_t> bytes;
-    for (const auto& x : inputs) {
-      if (!x.flags().row_contiguous) {
-        throw std::runtime_error("cpu kernel: an input is not row-contiguous");
-      }
+    std::vector<Scattered> scattered;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const auto& x = inputs[i];
       encoder.set_input_array(x);
-      // The array's own buffer: a kernel may write into an input handed
-      // over to it (mlx_c.h).
-      data.push_back(const_cast<void*>(x.data<void>()));
+      if (x.flags().row_contiguous) {
+        // The array's own buffer (a view's part of it: a slice of rows is
+        // not copied): a kernel may write into an input handed over to it
+        // (mlx_c.h).
+        data.push_back(const_cast<void*>(x.data<void>()));
+      } else {
+        std::vector<int64_t> strides(x.strides().begin(), x.strides().end());
+        scattered.push_back(Scattered{i, x.data<char>(),
+                                      std::vector<int>(x.shape().begin(),
+                                                       x.shape().end()),
+                                      std::move(strides), x.itemsize(),
+                                      x.nbytes()});
+        data.push_back(nullptr);
+      }
       bytes.push_back(x.nbytes());
     }
     encoder.set_output_array(out);
     bool floating = mx::issubdtype(out.dtype(), mx::floating);
     size_t count = out.size();
     encoder.dispatch([fn = fn_, owner = owner_, data = std::move(data),
-                      bytes = std::move(bytes), dst = out.data<void>(),
+                      bytes = std::move(bytes),
+                      scattered = std::move(scattered), dst = out.data<void>(),
                       out_bytes = out.nbytes(), floating, count,
-                      dtype = out.dtype()]() {
+                      dtype = out.dtype()]() mutable {
+      std::vector<std::unique_ptr<char[]>> gathered;
+      for (const auto& in : scattered) {
+        gathered.emplace_back(new char[in.nbytes]);
+        gather(in, gathered.back().get());
+        data[in.input] = gathered.back().get();
+      }
       char error[512] = {0};
       int status = fn(owner->ctx, data.data(), bytes.data(), data.size(), dst,
                       out_bytes, error, sizeof(error));
@@ -96,13 +175,9 @@ int mlx_cpu_kernel(mlx_array* out, mlx_cpu_kernel_fn fn, void* ctx,
     if (st.device != mx::Device::cpu) {
       throw std::invalid_argument("a cpu kernel needs a CPU stream");
     }
-    std::vector<mx::array> args;
-    for (const auto& x : arrays(inputs, n)) {
-      args.push_back(mx::contiguous(x, false, st));
-    }
     put(out, mx::array(mlxc::shape(shape, ndim), mlxc::dtype(dtype),
                        std::make_shared<CpuKernel>(st, fn, owner),
-                       std::move(args)));
+                       arrays(inputs, n)));
   });
 }
 

@@ -238,6 +238,70 @@ mod tests {
         assert_eq!(store.to_vec::<f32>().unwrap(), vec![0.0, 1.0, 2.0, 0.0]);
     }
 
+    /// A kernel copying its one input's bytes to its output.
+    fn copied(x: &Array) -> Array {
+        let copy: Arc<CpuKernelFn> = Arc::new(|inputs, out| {
+            out.copy_from_slice(inputs[0]);
+            Ok(())
+        });
+        cpu_kernel(&[x], &x.shape(), x.dtype(), copy).unwrap()
+    }
+
+    #[test]
+    fn inputs_arrive_in_row_major_order_whatever_their_layout() {
+        let values: Vec<f32> = (0..24).map(|v| v as f32).collect();
+        let x = Array::from_slice(&values, &[2, 3, 4]).unwrap();
+        x.eval().unwrap();
+        let row = Array::from_slice(&[1.0f32, 2.0, 3.0], &[3]).unwrap();
+        let layouts = [
+            (
+                "rows 1..2",
+                x.slice(&[1, 0, 0], &[2, 3, 4], &[1, 1, 1]).unwrap(),
+            ),
+            ("transposed", x.transpose(&[2, 0, 1]).unwrap()),
+            (
+                "every other column",
+                x.slice(&[0, 0, 1], &[2, 3, 4], &[1, 1, 2]).unwrap(),
+            ),
+            (
+                "middle of each axis",
+                x.slice(&[1, 1, 1], &[2, 3, 3], &[1, 1, 1]).unwrap(),
+            ),
+            ("broadcast", row.broadcast_to(&[2, 2, 3]).unwrap()),
+        ];
+        for (name, view) in layouts {
+            let expected = view.to_vec::<f32>().unwrap();
+            assert_eq!(copied(&view).to_vec::<f32>().unwrap(), expected, "{name}");
+        }
+        // Hand-computed: the transpose's first values walk the last axis.
+        let t = copied(&x.transpose(&[2, 0, 1]).unwrap());
+        assert_eq!(
+            &t.to_vec::<f32>().unwrap()[..7],
+            &[0.0, 4.0, 8.0, 12.0, 16.0, 20.0, 1.0]
+        );
+    }
+
+    #[test]
+    fn a_slice_of_rows_arrives_as_its_parent_s_buffer() {
+        // Larger than the 16 KiB by which MLX lets a view's buffer exceed it.
+        let store = Array::from_slice(&[0.0f32; 8192], &[4096, 2]).unwrap();
+        store.eval().unwrap();
+        let rows = store.slice(&[1, 0], &[3, 2], &[1, 1]).unwrap();
+        let kernel: Arc<CpuKernelInPlaceFn> = Arc::new(|_, written, out| {
+            for (i, v) in written[0].chunks_exact_mut(4).enumerate() {
+                v.copy_from_slice(&(i as f32 + 1.0).to_le_bytes());
+            }
+            out.copy_from_slice(&0.0f32.to_le_bytes());
+            Ok(())
+        });
+        let y = cpu_kernel_in_place(&[], &[&rows], &[1], Dtype::Float32, kernel).unwrap();
+        y.eval().unwrap();
+        assert_eq!(
+            &store.to_vec::<f32>().unwrap()[..8],
+            &[0.0, 0.0, 1.0, 2.0, 3.0, 4.0, 0.0, 0.0]
+        );
+    }
+
     #[test]
     fn an_input_written_in_place_may_not_share_memory_with_another() {
         let store = Array::from_slice(&[0.0f32; 4], &[4]).unwrap();
