@@ -5,8 +5,10 @@
 //! ours on rayon's pool. MLX runs the mask's `where` and the softmax on its
 //! stream thread alone, the softmax with a scalar `exp` and an `fmaf` call
 //! per value: about a fifth of a 512-token prompt on two cores, a third of a
-//! 2048-token one. Here each row's mask is read where it is needed and no
-//! masked score is exponentiated.
+//! 2048-token one. Here each row's mask is read where it is needed, no
+//! masked score is exponentiated, and the rest are exponentiated by MLX's
+//! own `exp` algorithm in vector registers: the probabilities are MLX's bit
+//! for bit.
 
 use std::sync::Arc;
 
@@ -124,41 +126,102 @@ pub(crate) fn masked_softmax(scores: &Array, mask: RowMask<'_>) -> mlx_core::Res
 }
 
 /// `out` = the softmax of the first `visible` of `scores`, 0 after them.
-#[multiversion(targets("x86_64+avx2+fma", "aarch64+neon"))]
+#[multiversion(targets("x86_64+avx512f+avx512vl", "x86_64+avx2+fma", "aarch64+neon"))]
 fn softmax_leading(scores: &[f32], visible: usize, out: &mut [f32]) {
     if visible == 0 {
         out.fill(f32::NAN);
         return;
     }
     let (seen, unseen) = scores.split_at(visible);
-    let max = seen.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
-    let mut sum = 0f32;
+    let max = largest(seen, |_| true);
     for (o, &s) in out.iter_mut().zip(seen) {
-        *o = (s - max).exp();
-        sum += *o;
+        *o = mlx_exp(s - max);
     }
-    let inverse = 1.0 / sum;
-    for o in &mut out[..visible] {
-        *o *= inverse;
-    }
+    normalize(&mut out[..visible]);
     out[visible..visible + unseen.len()].fill(0.0);
 }
 
 /// `out` = the softmax of `scores` where `seen` is nonzero, 0 elsewhere.
-#[multiversion(targets("x86_64+avx2+fma", "aarch64+neon"))]
+#[multiversion(targets("x86_64+avx512f+avx512vl", "x86_64+avx2+fma", "aarch64+neon"))]
 fn softmax_where(scores: &[f32], seen: &[u8], out: &mut [f32]) {
-    let max = scores.iter().zip(seen).fold(
-        f32::NEG_INFINITY,
-        |m, (&s, &v)| if v != 0 { m.max(s) } else { m },
-    );
-    let mut sum = 0f32;
+    let max = largest(scores, |i| seen[i] != 0);
     for ((o, &s), &v) in out.iter_mut().zip(scores).zip(seen) {
-        *o = if v != 0 { (s - max).exp() } else { 0.0 };
-        sum += *o;
+        *o = if v != 0 { mlx_exp(s - max) } else { 0.0 };
     }
-    let inverse = 1.0 / sum;
+    normalize(out);
+}
+
+/// The largest of `scores` where `counted(i)`, −∞ if none is (a NaN is
+/// passed over; the row's sum turns NaN anyway): in 16 lanes, which the
+/// compiler turns into vector instructions (a running `f32::max` stays
+/// scalar).
+#[inline(always)]
+fn largest(scores: &[f32], counted: impl Fn(usize) -> bool) -> f32 {
+    const LANES: usize = 16;
+    let mut lanes = [f32::NEG_INFINITY; LANES];
+    let whole = scores.len() / LANES * LANES;
+    for (c, chunk) in scores[..whole].chunks_exact(LANES).enumerate() {
+        for (j, (m, &s)) in lanes.iter_mut().zip(chunk).enumerate() {
+            if counted(c * LANES + j) && s > *m {
+                *m = s;
+            }
+        }
+    }
+    for (i, &s) in scores.iter().enumerate().skip(whole) {
+        if counted(i) && s > lanes[0] {
+            lanes[0] = s;
+        }
+    }
+    lanes
+        .iter()
+        .fold(f32::NEG_INFINITY, |m, &l| if l > m { l } else { m })
+}
+
+/// Divides `out` by its sum, added in order and inverted once, as MLX's
+/// softmax does.
+#[inline(always)]
+fn normalize(out: &mut [f32]) {
+    let inverse = 1.0 / out.iter().fold(0f32, |sum, &e| sum + e);
     for o in out.iter_mut() {
         *o *= inverse;
+    }
+}
+
+/// `eˣ` as MLX's CPU operations compute it (its `simd::exp`: 2^(x·log₂e)
+/// split into an integer power set in the exponent bits and a degree-6
+/// polynomial of the fraction, with fused multiply-adds), so that a softmax
+/// here is MLX's bit for bit; written to vectorize.
+#[inline(always)]
+fn mlx_exp(x: f32) -> f32 {
+    const POLYNOMIAL: [f32; 6] = [
+        1.339_887_4e-3,
+        9.618_437e-3,
+        5.550_332_5e-2,
+        2.402_264_8e-1,
+        6.931_472e-1,
+        1.0,
+    ];
+    let y = x * std::f32::consts::LOG2_E;
+    let whole = (y + 0.5).floor();
+    let fraction = y - whole;
+    let p = POLYNOMIAL
+        .iter()
+        .fold(1.535_336_2e-4f32, |p, &c| p.mul_add(fraction, c));
+    // The integer `whole` (within 2²² once clamped) read from the mantissa
+    // of `whole + 1.5·2²³`: `as i32` would not vectorize. Values clamped
+    // away are replaced below.
+    let integer = (whole.clamp(-127.0, 128.0) + 12_582_912.0)
+        .to_bits()
+        .wrapping_sub(0x4B40_0000);
+    let power = f32::from_bits(integer.wrapping_add(127) << 23);
+    if x.is_nan() {
+        x
+    } else if x > 88.0 {
+        f32::INFINITY
+    } else if x < -88.0 {
+        0.0
+    } else {
+        power * p
     }
 }
 
@@ -221,6 +284,45 @@ mod tests {
                 .zip(&theirs)
                 .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
             assert!(gap < 1e-5, "{name}: largest gap {gap}");
+        }
+    }
+
+    #[test]
+    fn the_masked_softmax_is_mlx_s_bit_for_bit() {
+        // 3 rows of 37 scores (not a whole number of vectors), spread wide
+        // enough that some exponentials underflow.
+        let (rows, keys) = (3, 37);
+        let scores: Vec<f32> = values(rows * keys, 5).iter().map(|v| v * 40.0).collect();
+        let scores = Array::from_slice(&scores, &[rows as i32, keys as i32]).unwrap();
+        let seen: Vec<bool> = (0..rows * keys).map(|i| (i * 5) % 7 != 0).collect();
+        let mask = Array::from_slice(&seen, &[rows as i32, keys as i32]).unwrap();
+        let minus_infinity = Array::scalar(f64::NEG_INFINITY, Dtype::Float32).unwrap();
+        let masked = mlx_core::where_(&mask, &scores, &minus_infinity).unwrap();
+        let causal: Vec<bool> = (0..rows * keys)
+            .map(|i| i % keys <= keys - rows + i / keys)
+            .collect();
+        let causal = Array::from_slice(&causal, &[rows as i32, keys as i32]).unwrap();
+        let causal_masked = mlx_core::where_(&causal, &scores, &minus_infinity).unwrap();
+        for (ours, theirs, name) in [
+            (RowMask::All, scores.clone(), "all"),
+            (RowMask::Array(&mask), masked, "array"),
+            (RowMask::Causal, causal_masked, "causal"),
+        ] {
+            let ours = masked_softmax(&scores, ours)
+                .unwrap()
+                .to_vec::<f32>()
+                .unwrap();
+            let theirs = theirs
+                .softmax(&[-1], true)
+                .unwrap()
+                .to_vec::<f32>()
+                .unwrap();
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&ours), bits(&theirs), "{name}");
+            assert!(
+                ours.contains(&0.0) && ours.iter().any(|&p| p > 0.5),
+                "{name}: {ours:?}"
+            );
         }
     }
 
