@@ -48,8 +48,10 @@ impl From<mlx_core::Error> for DequantError {
     }
 }
 
-/// Blocks handed to one rayon task at least, so that tiny blocks do not drown in scheduling.
-const MIN_BLOCKS_PER_TASK: usize = 512;
+/// Values decoded by one rayon task (whole blocks, at least one), so that
+/// tiny blocks do not drown in scheduling and two cores still share a
+/// matrix of a few blocks evenly.
+const VALUES_PER_TASK: usize = 16_384;
 
 /// Converts `bytes`, a whole number of `dtype` blocks, to f32 values in storage order.
 pub fn dequantize(dtype: GgufDtype, bytes: &[u8]) -> Result<Vec<f32>, DequantError> {
@@ -84,6 +86,7 @@ pub fn dequantize_into(
             out: out.len(),
         });
     }
+    let block_bytes = type_size as usize;
     match dtype {
         F32 => run(bytes, out, |b: &[u8; 4], o: &mut [f32]| {
             o[0] = f32::from_le_bytes(*b)
@@ -94,48 +97,73 @@ pub fn dequantize_into(
         BF16 => run(bytes, out, |b: &[u8; 2], o: &mut [f32]| {
             o[0] = f32::from_bits(u32::from(u16::from_le_bytes(*b)) << 16)
         }),
-        Q4_0 => run(bytes, out, decoded(blocks::Q4_0)),
-        Q4_1 => run(bytes, out, decoded(blocks::Q4_1)),
-        Q5_0 => run(bytes, out, decoded(blocks::Q5_0)),
-        Q5_1 => run(bytes, out, decoded(blocks::Q5_1)),
-        Q8_0 => run(bytes, out, decoded(blocks::Q8_0)),
-        IQ4_NL => run(bytes, out, decoded(blocks::IQ4_NL)),
-        Q2_K => run(bytes, out, decoded(blocks::Q2_K)),
-        Q3_K => run(bytes, out, decoded(blocks::Q3_K)),
-        Q4_K => run(bytes, out, decoded(blocks::Q4_K)),
-        Q5_K => run(bytes, out, decoded(blocks::Q5_K)),
-        Q6_K => run(bytes, out, decoded(blocks::Q6_K)),
+        Q4_0 => run_blocks(bytes, out, block_bytes, decoded(blocks::Q4_0)),
+        Q4_1 => run_blocks(bytes, out, block_bytes, decoded(blocks::Q4_1)),
+        Q5_0 => run_blocks(bytes, out, block_bytes, decoded(blocks::Q5_0)),
+        Q5_1 => run_blocks(bytes, out, block_bytes, decoded(blocks::Q5_1)),
+        Q8_0 => run_blocks(bytes, out, block_bytes, decoded(blocks::Q8_0)),
+        IQ4_NL => run_blocks(bytes, out, block_bytes, decoded(blocks::IQ4_NL)),
+        Q2_K => run_blocks(bytes, out, block_bytes, decoded(blocks::Q2_K)),
+        Q3_K => run_blocks(bytes, out, block_bytes, decoded(blocks::Q3_K)),
+        Q4_K => run_blocks(bytes, out, block_bytes, decoded(blocks::Q4_K)),
+        Q5_K => run_blocks(bytes, out, block_bytes, decoded(blocks::Q5_K)),
+        Q6_K => run_blocks(bytes, out, block_bytes, decoded(blocks::Q6_K)),
         other => return Err(DequantError::Unsupported(other)),
     }
     Ok(())
 }
 
-/// Applies a block decoder to every block, in parallel. `bytes` holds whole
-/// blocks of `N` bytes and `out` room for the values of each.
+/// Applies a decoder of single values to every one, in parallel. `bytes`
+/// holds `N` bytes per value.
 fn run<const N: usize>(
     bytes: &[u8],
     out: &mut [f32],
     decode: impl Fn(&[u8; N], &mut [f32]) + Sync,
 ) {
-    let values = out.len() / (bytes.len() / N).max(1);
-    bytes
-        .par_chunks_exact(N)
-        .zip(out.par_chunks_exact_mut(values.max(1)))
-        .with_min_len(MIN_BLOCKS_PER_TASK)
-        .for_each(|(block, values)| {
+    run_blocks(bytes, out, N, |values, out| {
+        for (value, o) in values.chunks_exact(N).zip(out.chunks_exact_mut(1)) {
             // The conversion succeeds: the chunks have exactly N bytes.
-            if let Ok(block) = block.try_into() {
-                decode(block, values);
+            if let Ok(value) = value.try_into() {
+                decode(value, o);
             }
-        });
+        }
+    })
+}
+
+/// Applies a decoder of runs of blocks to every block, in parallel,
+/// [`VALUES_PER_TASK`] values to a task. `bytes` holds whole
+/// blocks of `block_bytes` bytes and `out` room for the values of each.
+fn run_blocks(
+    bytes: &[u8],
+    out: &mut [f32],
+    block_bytes: usize,
+    decode: impl Fn(&[u8], &mut [f32]) + Sync,
+) {
+    let block_bytes = block_bytes.max(1);
+    let values = (out.len() / (bytes.len() / block_bytes).max(1)).max(1);
+    let blocks = (VALUES_PER_TASK / values).max(1);
+    bytes
+        .par_chunks(block_bytes * blocks)
+        .zip(out.par_chunks_mut(values * blocks))
+        .for_each(|(blocks, values)| decode(blocks, values));
 }
 
 /// A block format's values in f32 (see [`super::blocks::IntBlock::value`]).
 #[inline(always)]
 fn decoded<const N: usize, const G: usize, F: Format<N, G>>(
     _format: F,
-) -> impl Fn(&[u8; N], &mut [f32]) + Sync {
-    move |block, out| {
+) -> impl Fn(&[u8], &mut [f32]) + Sync {
+    move |blocks, out| decode_blocks::<N, G, F>(blocks, out)
+}
+
+/// Consecutive blocks' values, compiled for the widest vectors the machine
+/// has (chosen once per run of blocks, not per block).
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512bw+avx512vl", "x86_64+avx2+fma"))]
+fn decode_blocks<const N: usize, const G: usize, F: Format<N, G>>(blocks: &[u8], out: &mut [f32]) {
+    for (block, out) in blocks.chunks_exact(N).zip(out.chunks_exact_mut(G * GROUP)) {
+        let Ok(block) = block.try_into() else {
+            continue;
+        };
         let ints = F::decode(block);
         for (g, group) in out.chunks_exact_mut(GROUP).take(G).enumerate() {
             for (i, v) in group.iter_mut().enumerate() {
