@@ -75,7 +75,13 @@ impl GgufMatrix {
             } else {
                 x.astype(Dtype::Float32)?
             };
-            return x.linear(&self.dequantized()?);
+            // Evaluated here, so that the dequantized matrix is freed before
+            // the next product's is made: left to MLX's order, a block's
+            // Q/K/V and gate/up matrices were held together (a 512-token
+            // prompt's peak resident memory 345 → 395 MiB).
+            let product = x.linear(&self.dequantized()?)?;
+            product.eval()?;
+            return Ok(product);
         }
         let dtype = self.dtype;
         rows_product(&[&self.bytes], x, self.rows()?, move |w, x, y| {
