@@ -86,7 +86,6 @@ pub fn dequantize_into(
             out: out.len(),
         });
     }
-    let block_bytes = type_size as usize;
     match dtype {
         F32 => run(bytes, out, |b: &[u8; 4], o: &mut [f32]| {
             o[0] = f32::from_le_bytes(*b)
@@ -97,17 +96,17 @@ pub fn dequantize_into(
         BF16 => run(bytes, out, |b: &[u8; 2], o: &mut [f32]| {
             o[0] = f32::from_bits(u32::from(u16::from_le_bytes(*b)) << 16)
         }),
-        Q4_0 => run_blocks(bytes, out, block_bytes, decoded(blocks::Q4_0)),
-        Q4_1 => run_blocks(bytes, out, block_bytes, decoded(blocks::Q4_1)),
-        Q5_0 => run_blocks(bytes, out, block_bytes, decoded(blocks::Q5_0)),
-        Q5_1 => run_blocks(bytes, out, block_bytes, decoded(blocks::Q5_1)),
-        Q8_0 => run_blocks(bytes, out, block_bytes, decoded(blocks::Q8_0)),
-        IQ4_NL => run_blocks(bytes, out, block_bytes, decoded(blocks::IQ4_NL)),
-        Q2_K => run_blocks(bytes, out, block_bytes, decoded(blocks::Q2_K)),
-        Q3_K => run_blocks(bytes, out, block_bytes, decoded(blocks::Q3_K)),
-        Q4_K => run_blocks(bytes, out, block_bytes, decoded(blocks::Q4_K)),
-        Q5_K => run_blocks(bytes, out, block_bytes, decoded(blocks::Q5_K)),
-        Q6_K => run_blocks(bytes, out, block_bytes, decoded(blocks::Q6_K)),
+        Q4_0 => run_format(bytes, out, blocks::Q4_0),
+        Q4_1 => run_format(bytes, out, blocks::Q4_1),
+        Q5_0 => run_format(bytes, out, blocks::Q5_0),
+        Q5_1 => run_format(bytes, out, blocks::Q5_1),
+        Q8_0 => run_format(bytes, out, blocks::Q8_0),
+        IQ4_NL => run_format(bytes, out, blocks::IQ4_NL),
+        Q2_K => run_format(bytes, out, blocks::Q2_K),
+        Q3_K => run_format(bytes, out, blocks::Q3_K),
+        Q4_K => run_format(bytes, out, blocks::Q4_K),
+        Q5_K => run_format(bytes, out, blocks::Q5_K),
+        Q6_K => run_format(bytes, out, blocks::Q6_K),
         other => return Err(DequantError::Unsupported(other)),
     }
     Ok(())
@@ -148,12 +147,14 @@ fn run_blocks(
         .for_each(|(blocks, values)| decode(blocks, values));
 }
 
-/// A block format's values in f32 (see [`super::blocks::IntBlock::value`]).
-#[inline(always)]
-fn decoded<const N: usize, const G: usize, F: Format<N, G>>(
+/// [`run_blocks`] with a block format's decoder (see
+/// [`super::blocks::IntBlock::value`]).
+fn run_format<const N: usize, const G: usize, F: Format<N, G>>(
+    bytes: &[u8],
+    out: &mut [f32],
     _format: F,
-) -> impl Fn(&[u8], &mut [f32]) + Sync {
-    move |blocks, out| decode_blocks::<N, G, F>(blocks, out)
+) {
+    run_blocks(bytes, out, N, decode_blocks::<N, G, F>)
 }
 
 /// Consecutive blocks' values, compiled for the widest vectors the machine
