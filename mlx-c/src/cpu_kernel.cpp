@@ -15,7 +15,8 @@ namespace {
 
 /// An input that is not row-contiguous (a broadcast, a transpose, a strided
 /// slice): gathered into a buffer of its own on the stream's thread, when
-/// its values are ready.
+/// its values are ready. By hand: MLX's own copy (`copy_cpu`,
+/// `contiguous_copy_cpu`) is not exported from the wheels' `libmlx.so`.
 struct Scattered {
   size_t input;
   const char* src;
