@@ -47,16 +47,41 @@ impl Products {
 }
 
 /// Values of a GGUF matrix dequantized at once for a product of several
-/// rows at most (64 Mi: 128 MiB of bfloat16); larger matrices (a large
-/// model's embedding) are multiplied in slices of rows, one evaluated after
-/// another, so that no whole dequantized copy is ever held.
+/// rows: about 64 Mi (128 MiB of bfloat16); larger matrices (a large
+/// model's embedding, 27B's gate and up) are multiplied in slices of rows,
+/// one evaluated after another, so that no whole dequantized copy is ever
+/// held.
 const MAX_DEQUANTIZED_VALUES: i64 = 1 << 26;
 
+/// The rows of a slice are a multiple of this: a product's output width of
+/// odd size (27B's gate cut at 2^26 values gave 12,483 and 9,021 rows) takes
+/// cuBLAS off its aligned kernels.
+const SLICE_ROWS_MULTIPLE: u64 = 256;
+
+/// Rows of each slice of a `rows × cols` matrix dequantized for a product:
+/// all of them where they fit [`MAX_DEQUANTIZED_VALUES`], else as few equal
+/// slices as fit it, each rounded up to [`SLICE_ROWS_MULTIPLE`] rows (the
+/// last one shorter) unless fewer rows than that fit.
+fn slice_rows(rows: i32, cols: i32) -> i32 {
+    let most = (MAX_DEQUANTIZED_VALUES / i64::from(cols.max(1))).max(1) as u64;
+    let all = rows.max(0) as u64;
+    if all <= most {
+        return rows;
+    }
+    let even = all.div_ceil(all.div_ceil(most));
+    if most < SLICE_ROWS_MULTIPLE {
+        return even as i32;
+    }
+    let aligned = even.next_multiple_of(SLICE_ROWS_MULTIPLE);
+    aligned.min(all) as i32
+}
+
 /// `x @ Wᵀ` for several rows of activations against GGUF blocks: each
-/// slice of rows dequantized by `b` into `x`'s dtype, then MLX's matmul.
+/// slice of rows ([`slice_rows`]) dequantized by `b` into `x`'s dtype, then
+/// MLX's matmul.
 fn dequantized_product(x: &Array, g: &GgufMatrix, b: BlockProducts) -> mlx_core::Result<Array> {
     let rows = g.rows()?;
-    let slice = (MAX_DEQUANTIZED_VALUES / i64::from(g.cols.max(1))).max(1) as i32;
+    let slice = slice_rows(rows, g.cols);
     if rows <= slice {
         return x.linear(&(b.dequantize)(g, x.dtype())?);
     }
@@ -279,5 +304,28 @@ impl Linear {
             Linear::Parts(parts) => parts.iter().flat_map(Linear::gguf_types).collect(),
             Linear::Dense(_) | Linear::Quantized(_) | Linear::QuantizedCpu(..) => Vec::new(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matrices_that_fit_are_not_sliced() {
+        assert_eq!(slice_rows(10_240, 3_840), 10_240);
+        assert_eq!(slice_rows(1 << 16, 1 << 10), 1 << 16);
+    }
+
+    #[test]
+    fn large_matrices_are_cut_into_equal_slices_of_aligned_rows() {
+        // 27B's gate: 21,504 × 5,376 = 115.6 M values, two slices of 10,752.
+        assert_eq!(slice_rows(21_504, 5_376), 10_752);
+        // 27B's embedding: 262,144 rows, at most 12,483 a slice: 22 slices
+        // of 11,916 rounded up to 12,032 (the last 9,472).
+        assert_eq!(slice_rows(262_144, 5_376), 12_032);
+        // Rows too wide for 256 of them to fit: not aligned.
+        assert_eq!(slice_rows(1_000, 1 << 27), 1);
+        assert_eq!(slice_rows(1_000, 1 << 19), 125);
     }
 }
