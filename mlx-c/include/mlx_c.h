@@ -522,14 +522,17 @@ void mlx_cuda_binary_free(mlx_cuda_binary binary);
  * `inputs`, then the outputs, then `scalars` as ints. Output i has
  * `output_ndims[i]` dimensions, taken in turn from `output_shapes`, and dtype
  * `output_dtypes[i]`. `grid` counts threads (rounded up to whole blocks of
- * `block` threads). */
+ * `block` threads); each block has `shared_memory` bytes of dynamic shared
+ * memory (`extern __shared__`; MLX raises the kernel's limit for more than
+ * 48,000). */
 int mlx_cuda_binary_apply(mlx_vector_array* out, mlx_cuda_binary binary,
                           const char* kernel_name, const mlx_array* inputs,
                           size_t n_inputs, const int* output_shapes,
                           const size_t* output_ndims,
                           const mlx_dtype* output_dtypes, size_t n_outputs,
                           const int* scalars, size_t n_scalars,
-                          const int* grid, const int* block, mlx_stream s);
+                          const int* grid, const int* block,
+                          int shared_memory, mlx_stream s);
 
 /* ---- random ------------------------------------------------------------------------------- */
 

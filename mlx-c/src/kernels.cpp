@@ -157,7 +157,8 @@ int mlx_cuda_binary_apply(mlx_vector_array* out, mlx_cuda_binary binary,
                           const size_t* output_ndims,
                           const mlx_dtype* output_dtypes, size_t n_outputs,
                           const int* scalars, size_t n_scalars,
-                          const int* grid, const int* block, mlx_stream s) {
+                          const int* grid, const int* block,
+                          int shared_memory, mlx_stream s) {
   return guard([&] {
     std::vector<mx::Shape> shapes;
     std::vector<mx::Dtype> dtypes;
@@ -174,11 +175,15 @@ int mlx_cuda_binary_apply(mlx_vector_array* out, mlx_cuda_binary binary,
     }
     need(grid, "grid");
     need(block, "block");
+    if (shared_memory < 0) {
+      throw std::invalid_argument("negative dynamic shared memory: " +
+                                  std::to_string(shared_memory));
+    }
     auto result = mx::fast::precompiled_cuda_kernel(
         need(kernel_name, "kernel_name"), need(binary, "binary")->code,
         arrays(inputs, n_inputs), shapes, dtypes, scalar_args,
-        {grid[0], grid[1], grid[2]}, {block[0], block[1], block[2]}, 0,
-        std::nullopt, true, stream(s));
+        {grid[0], grid[1], grid[2]}, {block[0], block[1], block[2]},
+        shared_memory, std::nullopt, true, stream(s));
     *need(out, "out") = new mlx_vector_array_s{std::move(result)};
   });
 }

@@ -31,6 +31,7 @@ fn run(kernel: &CudaKernel, a: &Array, b: &Array, n: i32) -> mlx_core::Result<Ve
         Launch {
             grid: [n, 1, 1],
             block: [128, 1, 1],
+            shared_bytes: 0,
         },
         &[
             ("T", TemplateArg::Dtype(a.dtype())),

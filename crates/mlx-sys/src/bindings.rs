@@ -1032,7 +1032,7 @@ unsafe extern "C" {
     pub fn mlx_cuda_binary_free(binary: mlx_cuda_binary);
 }
 unsafe extern "C" {
-    #[doc = " Runs the `extern \"C\"` kernel `kernel_name` of `binary` (MLX's\n fast::precompiled_cuda_kernel; the name also keys MLX's module cache, so it\n must be unique to the binary). Its parameters are the row-contiguous\n `inputs`, then the outputs, then `scalars` as ints. Output i has\n `output_ndims[i]` dimensions, taken in turn from `output_shapes`, and dtype\n `output_dtypes[i]`. `grid` counts threads (rounded up to whole blocks of\n `block` threads)."]
+    #[doc = " Runs the `extern \"C\"` kernel `kernel_name` of `binary` (MLX's\n fast::precompiled_cuda_kernel; the name also keys MLX's module cache, so it\n must be unique to the binary). Its parameters are the row-contiguous\n `inputs`, then the outputs, then `scalars` as ints. Output i has\n `output_ndims[i]` dimensions, taken in turn from `output_shapes`, and dtype\n `output_dtypes[i]`. `grid` counts threads (rounded up to whole blocks of\n `block` threads); each block has `shared_memory` bytes of dynamic shared\n memory (`extern __shared__`; MLX raises the kernel's limit for more than\n 48,000)."]
     pub fn mlx_cuda_binary_apply(
         out: *mut mlx_vector_array,
         binary: mlx_cuda_binary,
@@ -1047,6 +1047,7 @@ unsafe extern "C" {
         n_scalars: usize,
         grid: *const ::std::os::raw::c_int,
         block: *const ::std::os::raw::c_int,
+        shared_memory: ::std::os::raw::c_int,
         s: mlx_stream,
     ) -> ::std::os::raw::c_int;
 }

@@ -217,6 +217,7 @@ fn gpu_codec(
         Launch {
             grid: [(blocks + THREADS - 1) / THREADS * THREADS, 1, 1],
             block: [THREADS, 1, 1],
+            shared_bytes: 0,
         },
         &[
             ("Q", TemplateArg::Int(q)),

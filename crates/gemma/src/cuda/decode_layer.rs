@@ -38,8 +38,19 @@ const WARPS: i32 = 16;
 /// without; the kernel 234.7 → 232.0 µs).
 const PAIR_ROWS: bool = true;
 
-/// The largest static shared memory of a kernel, in bytes.
+/// The largest static shared memory of a kernel, in bytes, and the most
+/// static and dynamic shared memory a block may have without raising the
+/// kernel's limit.
 const SHARED_LIMIT: i32 = 48 * 1024;
+
+/// The most shared memory a block may have once the kernel's limit is
+/// raised on the GPUs this kernel is written for (sm_86 and sm_89: 99 KiB;
+/// sm_80 163 KiB, sm_90 227 KiB).
+const RAISED_SHARED_LIMIT: i32 = 99 * 1024;
+
+/// MLX raises a kernel's shared-memory limit only where more dynamic shared
+/// memory than this is asked for.
+const MLX_RAISES_ABOVE: i32 = 48_000;
 
 /// The kernel's inputs, in order. Each projection part's rows come with
 /// their scales and biases (MLX affine rows; a placeholder otherwise); a
@@ -394,7 +405,7 @@ const DECODE_LAYER: &str = r#"
   constexpr int HALF = D / 2;
   constexpr int PAIRS = HALF / 32;
   constexpr int E = D / 32;
-  __shared__ __align__(16) unsigned char smem[SMEM];
+  extern __shared__ __align__(16) unsigned char smem[];
   __shared__ float red[32];
   constexpr int GROUPS = HQ / QB;
   __shared__ float part_m[WARPS * QB];
@@ -1015,17 +1026,8 @@ pub fn decode_layer(
         rows.suits(dtype) && rows.cols == k && first + n <= rows.rows && *first >= 0
     });
     let store_shape = |data: &Array| data.shape().get(..3).map(<[i32]>::to_vec);
-    let widest = hidden.max(inter).max(hq * d) * bytes;
-    let shared = widest.max(WARPS * d * 4);
     let qb = query_heads_per_block(hq, hkv, d);
-    let shared_bytes =
-        shared + 4 * (32 + 2 * WARPS * qb + qb * d + 3 * d + d / 8) + 2 * d * bytes + 2 * d + 16;
-    let smem = (shared + 15) / 16 * 16;
-    // The tensor-core readers' sums of 16 activations and their warps'
-    // partial sums, where shared memory has room.
-    let fits_mma = bytes == 2
-        && hidden % 16 == 0
-        && shared_bytes + smem / 8 + 128 * WARPS + 16 <= SHARED_LIMIT;
+    let plan = SharedPlan::of(hidden, inter, hq * d, d, qb, bytes);
     let fits = dtypes_fit
         && matches!(dtype, Dtype::Float32 | Dtype::Float16 | Dtype::Bfloat16)
         && x.size() as i32 == hidden
@@ -1043,7 +1045,7 @@ pub fn decode_layer(
         && keys.suits(dtype, d, WARPS)
         && values.suits(dtype, d, WARPS)
         && qb + 2 <= WARPS
-        && shared_bytes <= SHARED_LIMIT
+        && plan.fits()
         && hq <= MAX_HEADS
         && blocks > 0;
     if !fits {
@@ -1082,6 +1084,7 @@ pub fn decode_layer(
         Launch {
             grid: [blocks * WARPS * 32, 1, 1],
             block: [WARPS * 32, 1, 1],
+            shared_bytes: plan.dynamic,
         },
         &[
             ("T", TemplateArg::Dtype(dtype)),
@@ -1091,10 +1094,10 @@ pub fn decode_layer(
             ("QB", TemplateArg::Int(qb)),
             ("PAIR", TemplateArg::Int(i32::from(PAIR_ROWS))),
             ("WARPS", TemplateArg::Int(WARPS)),
-            ("SMEM", TemplateArg::Int(smem)),
+            ("SMEM", TemplateArg::Int(plan.smem)),
             (
                 "MMA",
-                TemplateArg::Int(if fits_mma {
+                TemplateArg::Int(if plan.tensor_cores {
                     mma_rows::tensor_core_formats(hidden)
                 } else {
                     0
@@ -1112,6 +1115,59 @@ pub fn decode_layer(
     let mut out = out;
     out.truncate(1);
     Ok(Some(one(out, "decode layer")?))
+}
+
+/// The fused layer's shared memory for a model's shapes: dynamic, the
+/// activations' buffer `SMEM` (the widest of a phase's activations, or the
+/// attention warps' partial outputs); static, attention's arrays and, where
+/// they fit, the tensor-core readers' sums of 16 activations and their
+/// warps' partial sums.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct SharedPlan {
+    /// Bytes of the activations' buffer.
+    smem: i32,
+    /// Whether the tensor-core readers' arrays fit.
+    tensor_cores: bool,
+    /// Static bytes of a block.
+    static_bytes: i32,
+    /// Dynamic bytes asked for at launch: `smem`, or more where the kernel's
+    /// limit must be raised (past 48 KiB in all), which MLX does only for
+    /// more than [`MLX_RAISES_ABOVE`].
+    dynamic: i32,
+}
+
+impl SharedPlan {
+    /// The plan for `hidden` and `inter` values a token, `q_width` query
+    /// features, head size `d`, `qb` query heads a block and activations of
+    /// `bytes` bytes.
+    fn of(hidden: i32, inter: i32, q_width: i32, d: i32, qb: i32, bytes: i32) -> SharedPlan {
+        let widest = hidden.max(inter).max(q_width) * bytes;
+        let smem = (widest.max(WARPS * d * 4) + 15) / 16 * 16;
+        let attention =
+            4 * (32 + 2 * WARPS * qb + qb * d + 3 * d + d / 8) + 2 * d * bytes + 2 * d + 16;
+        let mma = smem / 8 + 128 * WARPS;
+        let tensor_cores = bytes == 2
+            && hidden % 16 == 0
+            && attention + mma <= SHARED_LIMIT
+            && smem + attention + mma <= RAISED_SHARED_LIMIT;
+        let static_bytes = attention + if tensor_cores { mma } else { 8 };
+        let dynamic = if smem + static_bytes > SHARED_LIMIT {
+            smem.max(MLX_RAISES_ABOVE + 1)
+        } else {
+            smem
+        };
+        SharedPlan {
+            smem,
+            tensor_cores,
+            static_bytes,
+            dynamic,
+        }
+    }
+
+    /// Whether a block's shared memory fits the limits.
+    fn fits(&self) -> bool {
+        self.static_bytes <= SHARED_LIMIT && self.dynamic + self.static_bytes <= RAISED_SHARED_LIMIT
+    }
 }
 
 /// The template arguments of the projection parts (see [`INPUT_NAMES`]):
@@ -1139,7 +1195,32 @@ fn part_args(parts: &[(WeightRows<'_>, i32); 7]) -> Vec<(&'static str, TemplateA
 
 #[cfg(test)]
 mod tests {
-    use super::query_heads_per_block;
+    use super::{query_heads_per_block, SharedPlan, MLX_RAISES_ABOVE};
+
+    #[test]
+    fn the_tensor_core_readers_fit_every_gemma_size_in_bfloat16() {
+        // 27B (hidden 5376, intermediate 21504, 32 × 128 query features, 2
+        // query heads a block): 43,008 bytes of activations; with the
+        // readers' 7,424 static bytes the block passes 48 KiB, so its
+        // limit is raised (the activations' buffer was static before, and
+        // the readers were left out at 27B).
+        let p27 = SharedPlan::of(5376, 21504, 4096, 128, 2, 2);
+        assert_eq!(p27.smem, 43_008);
+        assert!(p27.tensor_cores && p27.fits());
+        assert_eq!(p27.dynamic, MLX_RAISES_ABOVE + 1);
+        // 12B and 1B stay under 48 KiB: no more than the buffer is asked.
+        let p12 = SharedPlan::of(3840, 15360, 4096, 256, 1, 2);
+        assert!(p12.tensor_cores && p12.fits());
+        assert_eq!(p12.dynamic, 30_720);
+        assert_eq!(SharedPlan::of(1152, 6912, 1024, 256, 1, 2).dynamic, 16_384);
+        // Float32 activations: no tensor-core readers; 27B's 86,016 bytes
+        // fit once the limit is raised.
+        let f27 = SharedPlan::of(5376, 21504, 4096, 128, 2, 4);
+        assert!(!f27.tensor_cores && f27.fits());
+        assert_eq!(f27.dynamic, 86_016);
+        // Past the raised limit nothing fits.
+        assert!(!SharedPlan::of(5376, 65536, 4096, 128, 2, 4).fits());
+    }
 
     #[test]
     fn attention_blocks_share_a_key_value_head_as_far_as_registers_allow() {

@@ -178,6 +178,7 @@ impl GreedyPick {
             Launch {
                 grid: [THREADS, 1, 1],
                 block: [THREADS, 1, 1],
+                shared_bytes: 0,
             },
             &[
                 ("T", TemplateArg::Dtype(dtype)),

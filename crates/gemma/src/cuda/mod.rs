@@ -222,6 +222,7 @@ pub fn linear_row(x: &Array, w: &Array, fused: bool) -> mlx_core::Result<Array> 
             // One warp per output row, eight per block of BLOCK threads.
             grid: [(n + 7) / 8 * BLOCK, 1, 1],
             block: [BLOCK, 1, 1],
+            shared_bytes: 0,
         },
         &[("T", TemplateArg::Dtype(x.dtype()))],
     )?;
@@ -267,6 +268,7 @@ pub fn residual_norms(
         Launch {
             grid: [rows * BLOCK, 1, 1],
             block: [BLOCK, 1, 1],
+            shared_bytes: 0,
         },
         &[
             ("T", TemplateArg::Dtype(x.dtype())),
@@ -362,6 +364,7 @@ pub fn decode_attention_stored(
         Launch {
             grid: [b * hq * ATTENTION_WARPS * 32, 1, 1],
             block: [ATTENTION_WARPS * 32, 1, 1],
+            shared_bytes: 0,
         },
         &template,
     )?;
@@ -436,6 +439,7 @@ pub fn qk_norm_rope(
         Launch {
             grid: [b * l * (hq + hkv) * (d / 2), 1, 1],
             block: [d / 2, 1, 1],
+            shared_bytes: 0,
         },
         &[
             ("T", TemplateArg::Dtype(q.dtype())),

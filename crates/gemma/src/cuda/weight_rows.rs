@@ -247,6 +247,7 @@ pub fn rows_gemv(x: &Array, w: &WeightRows<'_>) -> mlx_core::Result<Array> {
                 1,
             ],
             block: [WARPS * 32, 1, 1],
+            shared_bytes: 0,
         },
         &[
             ("T", TemplateArg::Dtype(dtype)),
@@ -291,6 +292,7 @@ pub fn dequantize_rows(w: &WeightRows<'_>, dtype: Dtype) -> mlx_core::Result<Arr
         Launch {
             grid: [(eighths + 255) / 256 * 256, 1, 1],
             block: [256, 1, 1],
+            shared_bytes: 0,
         },
         &[
             ("T", TemplateArg::Dtype(dtype)),

@@ -51,6 +51,9 @@ pub struct Launch {
     pub grid: [i32; 3],
     /// Threads per block in each dimension.
     pub block: [i32; 3],
+    /// Bytes of dynamic shared memory per block (`extern __shared__`); MLX
+    /// raises the kernel's limit for more than 48,000.
+    pub shared_bytes: i32,
 }
 
 /// A CUDA kernel whose body is given as source: inputs arrive as
@@ -302,6 +305,7 @@ impl CudaKernel {
                 scalars.len(),
                 launch.grid.as_ptr(),
                 launch.block.as_ptr(),
+                launch.shared_bytes,
                 ptr::null_mut(),
             )
         })?;
