@@ -58,3 +58,30 @@ pub fn clear_cache() -> Result<()> {
     // SAFETY: no arguments.
     check(unsafe { sys::mlx_memory_clear_cache() })
 }
+
+/// MLX's buffer-cache limit raised to at least a number of bytes while this
+/// lives; dropping it sets the previous limit back, which returns what the
+/// cache holds past it to the system.
+#[derive(Debug)]
+pub struct CacheLimitRaised {
+    previous: usize,
+}
+
+impl CacheLimitRaised {
+    /// Raises the limit to `bytes` where it is lower (a higher limit stays).
+    pub fn at_least(bytes: usize) -> Result<CacheLimitRaised> {
+        let previous = set_cache_limit(bytes)?;
+        if previous > bytes {
+            set_cache_limit(previous)?;
+        }
+        Ok(CacheLimitRaised { previous })
+    }
+}
+
+impl Drop for CacheLimitRaised {
+    fn drop(&mut self) {
+        // Setting a limit fails only where MLX is unusable, and a drop
+        // cannot report it: the larger limit then stays.
+        let _ = set_cache_limit(self.previous);
+    }
+}

@@ -82,6 +82,24 @@ fn a_cache_limit_of_zero_keeps_nothing_cached() {
     memory::set_cache_limit(previous).unwrap();
 }
 
+fn a_raised_cache_limit_keeps_buffers_until_dropped() {
+    let previous = memory::set_cache_limit(0).unwrap();
+    {
+        let _raised = memory::CacheLimitRaised::at_least(8 * MIB).unwrap();
+        churn(3);
+        assert!(
+            memory::cache_bytes().unwrap() >= MIB,
+            "the raised limit kept no freed buffer"
+        );
+        // A limit already higher is left as it is.
+        let _inner = memory::CacheLimitRaised::at_least(MIB).unwrap();
+        assert_eq!(memory::set_cache_limit(8 * MIB).unwrap(), 8 * MIB);
+    }
+    // Dropped: the limit of 0 is back, and the cache empty.
+    assert_eq!(memory::cache_bytes().unwrap(), 0);
+    assert_eq!(memory::set_cache_limit(previous).unwrap(), 0);
+}
+
 /// Work for a thread that keeps running between jobs (and so keeps its
 /// compile cache).
 type Job = Box<dyn FnOnce() + Send>;
@@ -162,4 +180,5 @@ fn memory_counters_in_sequence() {
     limits_return_their_previous_values();
     clear_cache_empties_the_cache();
     a_cache_limit_of_zero_keeps_nothing_cached();
+    a_raised_cache_limit_keeps_buffers_until_dropped();
 }
