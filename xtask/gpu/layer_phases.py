@@ -113,14 +113,14 @@ def run(tag, scalars, weights, hidden, inter, heads, kv_heads, dim, capacity, va
     # inputs of that format beside each), the KV cache as float data with
     # the unused scale and bias inputs of that format.
     u = [unused, unused]
-    shapes = [(heads * dim, hidden), (kv_heads * dim, hidden), (kv_heads * dim, hidden), (hidden, heads * dim),
-              (inter, hidden), (inter, hidden), (hidden, inter)]
     if weights == "bf16":
         qkv, gate_up = r((heads + 2 * kv_heads) * dim, hidden), r(2 * inter, hidden)
         parts = [qkv, qkv, qkv, r(hidden, heads * dim), gate_up, gate_up, r(hidden, inter)]
         formats = [0] * 7
         offsets = [0, heads * dim, (heads + kv_heads) * dim, 0, inter]
     else:
+        shapes = [(heads * dim, hidden), (kv_heads * dim, hidden), (kv_heads * dim, hidden), (hidden, heads * dim),
+                  (inter, hidden), (inter, hidden), (hidden, inter)]
         kinds = part_kinds(weights)
         parts = [gguf_rows(k, n, c) for k, (n, c) in zip(kinds, shapes)]
         formats = [BLOCKS_OF[k][0] for k in kinds]
@@ -137,6 +137,9 @@ def run(tag, scalars, weights, hidden, inter, heads, kv_heads, dim, capacity, va
     consts = ("  constexpr float EPS = 1e-6f;\n  constexpr float SCALE = 0.0625f;\n"
               "  constexpr float LOG2_BASE = 13.2877f;\n  constexpr float ROPE_SCALE = 1.0f;\n")
     stamp = f"#define STAMP(k) if (threadIdx.x == 0) {{ times[blockIdx.x * {STAMPS} + (k)] = clock64(); }}\n"
+    # Dynamic shared memory past MLX's 48,000 at every size, so that the
+    # kernel's limit is raised whatever its static arrays take (the crate
+    # asks for that only where a block passes 48 KiB in all: 27B).
     kernel = mx.fast.cuda_kernel(
         name=f"layer_phases_{scalars}_{tag}", input_names=INPUTS,
         output_names=["out", "scratch", "partials", "times"], source=consts + stamped_body(),

@@ -1146,11 +1146,17 @@ impl SharedPlan {
         let attention =
             4 * (32 + 2 * WARPS * qb + qb * d + 3 * d + d / 8) + 2 * d * bytes + 2 * d + 16;
         let mma = smem / 8 + 128 * WARPS;
-        let tensor_cores = bytes == 2
-            && hidden % 16 == 0
-            && attention + mma <= SHARED_LIMIT
-            && smem + attention + mma <= RAISED_SHARED_LIMIT;
-        let static_bytes = attention + if tensor_cores { mma } else { 8 };
+        let with_readers = SharedPlan::laid_out(smem, attention + mma, true);
+        if bytes == 2 && hidden % 16 == 0 && with_readers.fits() {
+            with_readers
+        } else {
+            // The readers' arrays left at one float each.
+            SharedPlan::laid_out(smem, attention + 8, false)
+        }
+    }
+
+    /// The plan of `smem` dynamic and `static_bytes` static bytes.
+    fn laid_out(smem: i32, static_bytes: i32, tensor_cores: bool) -> SharedPlan {
         let dynamic = if smem + static_bytes > SHARED_LIMIT {
             smem.max(MLX_RAISES_ABOVE + 1)
         } else {
