@@ -137,13 +137,17 @@ def run(tag, scalars, weights, hidden, inter, heads, kv_heads, dim, capacity, va
     consts = ("  constexpr float EPS = 1e-6f;\n  constexpr float SCALE = 0.0625f;\n"
               "  constexpr float LOG2_BASE = 13.2877f;\n  constexpr float ROPE_SCALE = 1.0f;\n")
     stamp = f"#define STAMP(k) if (threadIdx.x == 0) {{ times[blockIdx.x * {STAMPS} + (k)] = clock64(); }}\n"
+    # The crate declares the kernel `__launch_bounds__(512)` (the compiler
+    # keeps 512 threads' registers within a multiprocessor's); MLX's Python
+    # kernels carry no bound, so it is added to the kernel MLX declares.
+    bound = "#undef __global__\n#define __global__ __location__(global) __launch_bounds__(512)\n"
     # Dynamic shared memory past MLX's 48,000 at every size, so that the
     # kernel's limit is raised whatever its static arrays take (the crate
     # asks for that only where a block passes 48 KiB in all: 27B).
     kernel = mx.fast.cuda_kernel(
         name=f"layer_phases_{scalars}_{tag}", input_names=INPUTS,
         output_names=["out", "scratch", "partials", "times"], source=consts + stamped_body(),
-        header=stamp + SOURCE["header"], shared_memory=max(smem, 48001))
+        header=stamp + SOURCE["header"] + bound, shared_memory=max(smem, 48001))
     # The K-quants on the tensor cores from a hidden size of 2048, as
     # `mma_rows::tensor_core_formats` chooses by default.
     mma = 0b1110000 if hidden >= 2048 else 0
