@@ -13,7 +13,11 @@
 # `gemma-mlx bench` with the blocks as stored, one process, a short warm-up
 # generation first, then the same prompt and generation timed (prompt
 # figures comparable with llama-bench's, which also exclude the process's
-# start). Run after ../shared/gpu/setup-mlx-cuda.sh has written
+# start). With KLD_CORPUS set, each round also times a KLD sweep of the
+# file (KLD_CHUNKS chunks of 512 tokens, default 10, second halves, one
+# q8_0/q8_0 candidate), process wall time: `gemma-mlx kld` against
+# llama-perplexity's f16 base run plus its candidate run (LLAMA_PERPLEXITY
+# names it). Run after ../shared/gpu/setup-mlx-cuda.sh has written
 # /tmp/site/env.sh.
 # Usage: h200_gguf_bench.sh BINARY PROMPT_TOKENS GEN_TOKENS FILE...
 # LLAMA_BENCH names llama-bench (skipped when unset).
@@ -72,6 +76,38 @@ llama() { # file, llama-bench flags
         python3 -c 'import json,sys; print(json.dumps({"tok_s": round(json.load(sys.stdin)[0]["avg_ts"], 1)}))' ||
         echo "failed: $(tail -3 "$errors" | tr '\n' ' ')"
 }
+seconds_since() { python3 -c "import sys, time; print(round(time.time() - float(sys.argv[1]), 1))" "$1"; }
+kld_ours() { # file: our sweep's wall time
+    local start
+    start=$(date +%s.%N)
+    if "$bin" kld --model "$1" --device gpu --weights native --corpus "$KLD_CORPUS" --ctx 512 \
+        --chunks "${KLD_CHUNKS:-10}" --second-half --cand ctk=q8_0,ctv=q8_0 --json >/dev/null 2>"$errors"; then
+        echo "$(seconds_since "$start") s"
+    else
+        echo "failed: $(tail -3 "$errors" | tr '\n' ' ')"
+    fi
+}
+kld_llama() { # file: llama-perplexity's base run and candidate run, wall time each
+    local base start times=()
+    if [ -z "${LLAMA_PERPLEXITY:-}" ]; then
+        echo "skipped (LLAMA_PERPLEXITY unset)"
+        return
+    fi
+    base=$(mktemp)
+    for run in "-ctk f16 -ctv f16" "--kl-divergence -ctk q8_0 -ctv q8_0"; do
+        start=$(date +%s.%N)
+        # shellcheck disable=SC2086 # the run's flags are words
+        if ! "$LLAMA_PERPLEXITY" -m "$1" -f "$KLD_CORPUS" -c 512 --chunks "${KLD_CHUNKS:-10}" -ngl 99 -fa on \
+            --kl-divergence-base "$base" $run >"$errors" 2>&1; then
+            echo "failed: $(tail -3 "$errors" | tr '\n' ' ')"
+            rm -f "$base"
+            return
+        fi
+        times+=("$(seconds_since "$start")")
+    done
+    rm -f "$base"
+    echo "base ${times[0]} s + candidate ${times[1]} s"
+}
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 for file in "$@"; do
     name=$(basename "$file")
@@ -83,5 +119,9 @@ for file in "$@"; do
         echo "ours dequantized      $name round $round: $(ours "$file" --weights dequantized)"
         echo "llama.cpp decode      $name round $round: $(llama "$file" -p 0 -n "$gen" -d "$prompt")"
         echo "llama.cpp prompt      $name round $round: $(llama "$file" -p "$prompt" -n 0)"
+        if [ -n "${KLD_CORPUS:-}" ]; then
+            echo "ours KLD sweep        $name round $round: $(kld_ours "$file")"
+            echo "llama-perplexity      $name round $round: $(kld_llama "$file")"
+        fi
     done
 done
