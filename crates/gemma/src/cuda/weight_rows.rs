@@ -165,7 +165,9 @@ impl<'a> WeightRows<'a> {
     }
 
     /// Whether a kernel computing in `dtype` can read these rows: their
-    /// data of the format's dtype, and rows of whole steps of 8 values.
+    /// data of the format's dtype, rows of whole steps of 8 values, and
+    /// affine rows of 4 or 8 bits in whole groups of 32, 64 or 128 (the
+    /// readers' template arguments).
     pub fn suits(&self, dtype: Dtype) -> bool {
         let data_dtype = match self.format {
             0 => dtype,
@@ -174,7 +176,10 @@ impl<'a> WeightRows<'a> {
         };
         self.data.dtype() == data_dtype
             && self.cols % LANE_VALUES == 0
-            && (self.format != 7 || self.cols % self.group == 0)
+            && (self.format != 7
+                || (matches!(self.bits, 4 | 8)
+                    && matches!(self.group, 32 | 64 | 128)
+                    && self.cols % self.group == 0))
     }
 
     /// The kernel inputs: data, scales, biases (`unused` standing in for
