@@ -312,11 +312,12 @@ __device__ __forceinline__ gemma_mma_round gemma_mma_round_at(int mine, int firs
 // every part's rows a multiple of 16, every format with a tensor-core
 // reader) dotted with the activations of gemma_mma_activations (`down` its
 // scale back) into `out`, rounded to `U`, 16 rows a warp at a time.
-template <int F0, int O0, int F1, int O1, int F2, int O2, int WARPS_, typename U, typename P0, typename P1,
-          typename P2>
-__device__ __forceinline__ void gemma_mma_part_rows(const P0* d0, int N0, const P1* d1, int N1, const P2* d2, int N,
-                                                    int K, const unsigned short* xh, const float* xsum, float down,
-                                                    float* parts, U* out) {
+template <int F0, int B0, int G0, int O0, int F1, int B1, int G1, int O1, int F2, int B2, int G2, int O2,
+          int WARPS_, typename U, typename P0, typename S0, typename P1, typename S1, typename P2, typename S2>
+__device__ __forceinline__ void gemma_mma_part_rows(const P0* d0, const S0* s0, const S0* b0, int N0, const P1* d1,
+                                                    const S1* s1, const S1* b1, int N1, const P2* d2, const S2* s2,
+                                                    const S2* b2, int N, int K, const unsigned short* xh,
+                                                    const float* xsum, float down, float* parts, U* out) {
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int mine = gemma_mma_tiles_of_block(N / 16);
@@ -328,11 +329,11 @@ __device__ __forceinline__ void gemma_mma_part_rows(const P0* d0, int N0, const 
       const int slice = warp % round.slices;
       float acc[2] = {0.0f, 0.0f};
       if (n < N0) {
-        gemma_mma_tile<F0>(d0, O0 + n, K, slice, round.slices, xh, xsum, lane, acc);
+        gemma_mma_tile<F0, B0, G0>(d0, s0, b0, O0 + n, K, slice, round.slices, xh, xsum, lane, acc);
       } else if (n < N0 + N1) {
-        gemma_mma_tile<F1>(d1, O1 + n - N0, K, slice, round.slices, xh, xsum, lane, acc);
+        gemma_mma_tile<F1, B1, G1>(d1, s1, b1, O1 + n - N0, K, slice, round.slices, xh, xsum, lane, acc);
       } else {
-        gemma_mma_tile<F2>(d2, O2 + n - N0 - N1, K, slice, round.slices, xh, xsum, lane, acc);
+        gemma_mma_tile<F2, B2, G2>(d2, s2, b2, O2 + n - N0 - N1, K, slice, round.slices, xh, xsum, lane, acc);
       }
       if ((lane & 3) == 0) {
         parts[16 * warp + (lane >> 2)] = acc[0];
@@ -353,8 +354,10 @@ __device__ __forceinline__ void gemma_mma_part_rows(const P0* d0, int N0, const 
 // The gated MLP's gate and up rows on the tensor cores (as
 // gemma_mma_part_rows, a warp 16 gate rows and their 16 up rows), the
 // gated GELU of each pair into `act`.
-template <int FG, int OG, int FU, int OU, int WARPS_, typename U, typename PG, typename PU>
-__device__ __forceinline__ void gemma_mma_gate_up(const PG* gate, const PU* up, int I, int K,
+template <int FG, int BG, int GG, int OG, int FU, int BU, int GU, int OU, int WARPS_, typename U, typename PG,
+          typename SG, typename PU, typename SU>
+__device__ __forceinline__ void gemma_mma_gate_up(const PG* gate, const SG* gate_s, const SG* gate_b, const PU* up,
+                                                  const SU* up_s, const SU* up_b, int I, int K,
                                                   const unsigned short* xh, const float* xsum, float down,
                                                   float* parts, U* act) {
   const int lane = threadIdx.x & 31;
@@ -367,8 +370,8 @@ __device__ __forceinline__ void gemma_mma_gate_up(const PG* gate, const PU* up, 
       const int n = 16 * round.tile(local, first);
       const int slice = warp % round.slices;
       float g[2] = {0.0f, 0.0f}, u[2] = {0.0f, 0.0f};
-      gemma_mma_tile<FG>(gate, OG + n, K, slice, round.slices, xh, xsum, lane, g);
-      gemma_mma_tile<FU>(up, OU + n, K, slice, round.slices, xh, xsum, lane, u);
+      gemma_mma_tile<FG, BG, GG>(gate, gate_s, gate_b, OG + n, K, slice, round.slices, xh, xsum, lane, g);
+      gemma_mma_tile<FU, BU, GU>(up, up_s, up_b, OU + n, K, slice, round.slices, xh, xsum, lane, u);
       if ((lane & 3) == 0) {
         float* p = parts + 32 * warp + (lane >> 2);
         p[0] = g[0];
@@ -463,8 +466,9 @@ const DECODE_LAYER: &str = r#"
     if constexpr (gemma_mma_on(MMA, WQF) && gemma_mma_on(MMA, WKF) &&
                   gemma_mma_on(MMA, WVF)) {
       const float down = gemma_mma_activations(xs, H, mma_xsum, red);
-      gemma_mma_part_rows<WQF, WQO, WKF, WKO, WVF, WVO, WARPS>(w_q, HQ * D, w_k, HKV * D, w_v, NQKV, H, xh, mma_xsum,
-                                                              down, mma_parts, qkv);
+      gemma_mma_part_rows<WQF, WQB, WQG, WQO, WKF, WKB, WKG, WKO, WVF, WVB, WVG, WVO, WARPS>(
+          w_q, w_q_s, w_q_b, HQ * D, w_k, w_k_s, w_k_b, HKV * D, w_v, w_v_s, w_v_b, NQKV, H, xh, mma_xsum, down,
+          mma_parts, qkv);
     } else if constexpr (WQF == 0 && WKF == 0 && WVF == 0) {
       gemma_rows<PAIR, WARPS>(reinterpret_cast<const T*>(w_q), NQKV, H, xs, qkv);
     } else {
@@ -728,8 +732,8 @@ const DECODE_LAYER: &str = r#"
     __syncthreads();
     if constexpr (gemma_mma_on(MMA, WOF)) {
       const float down = gemma_mma_activations(xs, HQ * D, mma_xsum, red);
-      gemma_mma_part_rows<WOF, 0, WOF, 0, WOF, 0, WARPS>(w_o, H, w_o, 0, w_o, H, HQ * D, xh, mma_xsum, down,
-                                                        mma_parts, o);
+      gemma_mma_part_rows<WOF, WOB, WOG, 0, WOF, WOB, WOG, 0, WOF, WOB, WOG, 0, WARPS>(
+          w_o, w_o_s, w_o_b, H, w_o, w_o_s, w_o_b, 0, w_o, w_o_s, w_o_b, H, HQ * D, xh, mma_xsum, down, mma_parts, o);
     } else if constexpr (WOF == 0) {
       gemma_rows<PAIR, WARPS>(reinterpret_cast<const T*>(w_o), H, HQ * D, xs, o);
     } else {
@@ -764,7 +768,8 @@ const DECODE_LAYER: &str = r#"
     __syncthreads();
     if constexpr (gemma_mma_on(MMA, WGF) && gemma_mma_on(MMA, WUF)) {
       const float down = gemma_mma_activations(xs, H, mma_xsum, red);
-      gemma_mma_gate_up<WGF, WGO, WUF, WUO, WARPS>(w_gate, w_up, I, H, xh, mma_xsum, down, mma_parts, act);
+      gemma_mma_gate_up<WGF, WGB, WGG, WGO, WUF, WUB, WUG, WUO, WARPS>(w_gate, w_gate_s, w_gate_b, w_up, w_up_s, w_up_b,
+                                                                      I, H, xh, mma_xsum, down, mma_parts, act);
     } else {
       for (int j = blockIdx.x + G * warp; j < I; j += G * WARPS) {
         float gu[2];
@@ -788,8 +793,9 @@ const DECODE_LAYER: &str = r#"
     __syncthreads();
     if constexpr (gemma_mma_on(MMA, WDF)) {
       const float down = gemma_mma_activations(xs, I, mma_xsum, red);
-      gemma_mma_part_rows<WDF, 0, WDF, 0, WDF, 0, WARPS>(w_down, H, w_down, 0, w_down, H, I, xh, mma_xsum, down,
-                                                        mma_parts, dn);
+      gemma_mma_part_rows<WDF, WDB, WDG, 0, WDF, WDB, WDG, 0, WDF, WDB, WDG, 0, WARPS>(
+          w_down, w_down_s, w_down_b, H, w_down, w_down_s, w_down_b, 0, w_down, w_down_s, w_down_b, H, I, xh, mma_xsum,
+          down, mma_parts, dn);
     } else if constexpr (WDF == 0) {
       gemma_rows<PAIR, WARPS>(reinterpret_cast<const T*>(w_down), H, I, xs, dn);
     } else {

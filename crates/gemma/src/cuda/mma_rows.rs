@@ -176,6 +176,15 @@ __device__ __forceinline__ void gemma_mma_add(float (&acc)[2], const float (&c)[
   acc[1] = fmaf(s1, c[2], fmaf(b1, X, acc[1]));
 }
 
+// A lane's two rows of a tile (g and g + 8) as its reader loads them: their
+// first bytes and, for formats that have them, their first scales and
+// biases.
+template <typename S> struct gemma_mma_rows {
+  const uint8_t* data[2];
+  const S* scales[2];
+  const S* biases[2];
+};
+
 // Q4_0, Q5_0 and Q8_0: a unit is one block of 32 values. Lane t's 8 codes:
 // Q8_0 bytes 8t …; Q4_0/Q5_0 the low (t < 2) or high nibbles of bytes
 // 8·(t % 2) …, Q5_0 with fifth bits 8t … of its 32.
@@ -186,14 +195,15 @@ template <int WF> struct gemma_mb32 {
   uint2 q[2];
   unsigned int high[2];
   unsigned short d[2];
-  __device__ __forceinline__ void load(const uint8_t* const (&rows)[2], int u, int t) {
+  template <typename S>
+  __device__ __forceinline__ void load(const gemma_mma_rows<S>& rows, int u, int t) {
     // Lane t's 8 codes start at byte 2 (Q5_0: 6) of the block plus 8t
     // (Q8_0) or 8·(t % 2); blocks are aligned to 2 only, so 2-byte loads.
     constexpr int AT = WF == 2 ? 6 : 2;
     const int at = (AT + (WF == 3 ? 8 * t : 8 * (t & 1))) / 2;
     #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const unsigned short* b = reinterpret_cast<const unsigned short*>(rows[r] + u * BYTES);
+      const unsigned short* b = reinterpret_cast<const unsigned short*>(rows.data[r] + u * BYTES);
       d[r] = __ldg(b);
       const unsigned short* c = b + at;
       q[r] = make_uint2(__byte_perm(__ldg(c), __ldg(c + 1), 0x5410), __byte_perm(__ldg(c + 2), __ldg(c + 3), 0x5410));
@@ -251,10 +261,11 @@ template <int WF> struct gemma_mbk {
   uint4 head[2];
   uint2 qs[2][4];
   uint2 qh[2];
-  __device__ __forceinline__ void load(const uint8_t* const (&rows)[2], int u, int t) {
+  template <typename S>
+  __device__ __forceinline__ void load(const gemma_mma_rows<S>& rows, int u, int t) {
     #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const uint8_t* b = rows[r] + u * BYTES;
+      const uint8_t* b = rows.data[r] + u * BYTES;
       head[r] = __ldg(reinterpret_cast<const uint4*>(b));
       #pragma unroll
       for (int j = 0; j < 4; ++j) qs[r][j] = __ldg(reinterpret_cast<const uint2*>(b + (WF == 4 ? 16 : 48) + 32 * j + 8 * t));
@@ -330,10 +341,11 @@ struct gemma_mb6 {
   unsigned int qh[2][2][2];
   unsigned int sc[2][4];
   unsigned short d[2];
-  __device__ __forceinline__ void load(const uint8_t* const (&rows)[2], int u, int t) {
+  template <typename S>
+  __device__ __forceinline__ void load(const gemma_mma_rows<S>& rows, int u, int t) {
     #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const gemma_a2 b(rows[r] + u * BYTES);
+      const gemma_a2 b(rows.data[r] + u * BYTES);
       #pragma unroll
       for (int p = 0; p < 2; ++p) {
         #pragma unroll
@@ -384,30 +396,31 @@ struct gemma_mb6 {
   }
 };
 
-template <int WF> struct gemma_mma_reader;
-template <> struct gemma_mma_reader<1> { using type = gemma_mb32<1>; };
-template <> struct gemma_mma_reader<2> { using type = gemma_mb32<2>; };
-template <> struct gemma_mma_reader<3> { using type = gemma_mb32<3>; };
-template <> struct gemma_mma_reader<4> { using type = gemma_mbk<4>; };
-template <> struct gemma_mma_reader<5> { using type = gemma_mbk<5>; };
-template <> struct gemma_mma_reader<6> { using type = gemma_mb6; };
+template <int WF, int WB, int WG, typename S> struct gemma_mma_reader;
+template <int WB, int WG, typename S> struct gemma_mma_reader<1, WB, WG, S> { using type = gemma_mb32<1>; };
+template <int WB, int WG, typename S> struct gemma_mma_reader<2, WB, WG, S> { using type = gemma_mb32<2>; };
+template <int WB, int WG, typename S> struct gemma_mma_reader<3, WB, WG, S> { using type = gemma_mb32<3>; };
+template <int WB, int WG, typename S> struct gemma_mma_reader<4, WB, WG, S> { using type = gemma_mbk<4>; };
+template <int WB, int WG, typename S> struct gemma_mma_reader<5, WB, WG, S> { using type = gemma_mbk<5>; };
+template <int WB, int WG, typename S> struct gemma_mma_reader<6, WB, WG, S> { using type = gemma_mb6; };
 
-// Rows row0 … row0 + 15 (format WF, K values each) dotted with the
-// activations `xh` (gemma_mma_put4's float16 values, with the sums of each
-// 16 in `xsum`) over units (blocks) slice, slice + slices, …, added to
-// acc[0] (row row0 + g) and acc[1] (row row0 + g + 8): every lane of group
-// g holds the same two sums. The loads of STEPS units are in flight before
-// any is used. All 32 lanes must take part.
-template <int WF>
-__device__ __forceinline__ void gemma_mma_tile(const void* data, size_t row0, int K, int slice, int slices,
-                                               const unsigned short* xh, const float* xsum, int lane,
-                                               float (&acc)[2]) {
-  using R = typename gemma_mma_reader<WF>::type;
+// Rows row0 … row0 + 15 (format WF, K values each; WB, WG, `scales` and
+// `biases` for formats that have them) dotted with the activations `xh`
+// (gemma_mma_put4's float16 values, with the sums of each 16 in `xsum`)
+// over units (blocks) slice, slice + slices, …, added to acc[0] (row row0 +
+// g) and acc[1] (row row0 + g + 8): every lane of group g holds the same two
+// sums. The loads of STEPS units are in flight before any is used. All 32
+// lanes must take part.
+template <int WF, int WB, int WG, typename S>
+__device__ __forceinline__ void gemma_mma_tile(const void* data, const S* scales, const S* biases, size_t row0,
+                                               int K, int slice, int slices, const unsigned short* xh,
+                                               const float* xsum, int lane, float (&acc)[2]) {
+  using R = typename gemma_mma_reader<WF, WB, WG, S>::type;
   const int g = lane >> 2, t = lane & 3;
   const int units = K / R::VALUES;
   const size_t row_bytes = static_cast<size_t>(units) * R::BYTES;
   const uint8_t* first = reinterpret_cast<const uint8_t*>(data) + (row0 + g) * row_bytes;
-  const uint8_t* const rows[2] = {first, first + 8 * row_bytes};
+  const gemma_mma_rows<S> rows{{first, first + 8 * row_bytes}, {scales, scales}, {biases, biases}};
   for (int u0 = slice; u0 < units; u0 += slices * R::STEPS) {
     R w[R::STEPS];
     #pragma unroll

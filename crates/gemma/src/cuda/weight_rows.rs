@@ -376,8 +376,8 @@ const GEMV_MMA: &str = r#"
   const int tile = blockIdx.x * WARPS + (threadIdx.x >> 5);
   if (16 * tile >= N) return;
   float acc[2] = {0.0f, 0.0f};
-  gemma_mma_tile<WF>(w, static_cast<size_t>(16 * tile), K, 0, 1, reinterpret_cast<const unsigned short*>(xs), xsum,
-                     lane, acc);
+  gemma_mma_tile<WF, WB, WG>(w, w_scales, w_biases, static_cast<size_t>(16 * tile), K, 0, 1,
+                             reinterpret_cast<const unsigned short*>(xs), xsum, lane, acc);
   if ((lane & 3) == 0) {
     y[16 * tile + (lane >> 2)] = static_cast<T>(acc[0] * down);
     y[16 * tile + (lane >> 2) + 8] = static_cast<T>(acc[1] * down);

@@ -15,9 +15,9 @@
 #include "tiles.cuh"
 
 // Every lane's two sums of tile `tile` over the units of `slice`.
-template <int WF>
-static void run_warp(const uint8_t* w, int tile, int k, int slice, int slices, const unsigned short* xh,
-                     const float* xsum, float (&sums)[32][2]) {
+template <int WF, int WB, int WG, typename S>
+static void run_warp(const uint8_t* w, const S* scales, const S* biases, int tile, int k, int slice, int slices,
+                     const unsigned short* xh, const float* xsum, float (&sums)[32][2]) {
   gemma_host_warp warp;
   std::vector<std::thread> lanes;
   for (int lane = 0; lane < 32; ++lane) {
@@ -25,7 +25,8 @@ static void run_warp(const uint8_t* w, int tile, int k, int slice, int slices, c
       gemma_host_this_warp = &warp;
       gemma_host_lane = lane;
       float acc[2] = {0.0f, 0.0f};
-      gemma_mma_tile<WF>(w, static_cast<size_t>(16 * tile), k, slice, slices, xh, xsum, lane, acc);
+      gemma_mma_tile<WF, WB, WG>(w, scales, biases, static_cast<size_t>(16 * tile), k, slice, slices, xh, xsum, lane,
+                                 acc);
       sums[lane][0] = acc[0];
       sums[lane][1] = acc[1];
     });
@@ -33,8 +34,9 @@ static void run_warp(const uint8_t* w, int tile, int k, int slice, int slices, c
   for (std::thread& t : lanes) t.join();
 }
 
-template <int WF>
-static int products(const uint8_t* w, int rows, int k, std::vector<__nv_bfloat16>& xs, int slices) {
+template <int WF, int WB = 1, int WG = 1, typename S = float>
+static int products(const uint8_t* w, int rows, int k, std::vector<__nv_bfloat16>& xs, int slices,
+                    const S* scales = nullptr, const S* biases = nullptr) {
   // The block's conversion (gemma_mma_activations), one thread after another.
   float m = 0.0f;
   for (int i = 0; i < k; ++i) m = std::fmax(m, std::fabs(static_cast<float>(xs[i])));
@@ -47,7 +49,7 @@ static int products(const uint8_t* w, int rows, int k, std::vector<__nv_bfloat16
     float total[16] = {};
     for (int slice = 0; slice < slices; ++slice) {
       float sums[32][2];
-      run_warp<WF>(w, tile, k, slice, slices, xh, xsum.data(), sums);
+      run_warp<WF, WB, WG>(w, scales, biases, tile, k, slice, slices, xh, xsum.data(), sums);
       for (int lane = 0; lane < 32; ++lane) {
         if (sums[lane][0] != sums[lane & ~3][0] || sums[lane][1] != sums[lane & ~3][1]) {
           std::fprintf(stderr, "tile %d: lane %d's sums differ from its group's first lane\n", tile, lane);
