@@ -7,6 +7,9 @@
 //!   fused layer kernel's and the logits GEMV's): each GGUF block type's
 //!   rows and MLX affine rows multiplied by a row of activations as a warp
 //!   does, against the dequantized values;
+//! - the tensor-core readers of `gemma::cuda::tensor_core_source`: the
+//!   same rows 16 at a time, a warp of 32 host threads meeting at each
+//!   `mma`;
 //! - ggml's KV block codecs of `gemma::quant::KV_BLOCKS_CUDA` (a GPU
 //!   cache's writes and reads): the bytes of every block equal to
 //!   `quantize_into`'s, the values read back equal to `dequantize_into`'s.
@@ -203,7 +206,8 @@ fn assert_close(ours: &[f64], values: &[f32], x: &[f32], what: &str) {
 
 /// The tensor-core driver's products (`tests/cuda_host/tiles.cpp`) of
 /// `rows` rows of `cols` values in CUDA format `format`, the units of each
-/// tile dealt to `slices` warps.
+/// tile dealt to `slices` warps; affine rows' scales and biases enter as
+/// bfloat16 where `bf16` (they must be bfloat16 values), else as floats.
 fn tile_products(
     (driver, dir): (&Path, &Path),
     format: i32,
@@ -211,15 +215,26 @@ fn tile_products(
     data: &[u8],
     x: &[f32],
     slices: usize,
+    affine: Option<(Affine<'_>, bool)>,
 ) -> Vec<f64> {
-    let (w, xf) = (dir.join("w.bin"), dir.join("x.bin"));
-    std::fs::write(&w, data).unwrap();
-    std::fs::write(&xf, bytemuck::cast_slice(x)).unwrap();
+    let file = |name: &str, bytes: &[u8]| {
+        let path = dir.join(name);
+        std::fs::write(&path, bytes).unwrap();
+        path
+    };
     let mut command = Command::new(driver);
     command
         .args([format.to_string(), rows.to_string(), cols.to_string()])
-        .args([&w, &xf])
+        .arg(file("w.bin", data))
+        .arg(file("x.bin", bytemuck::cast_slice(x)))
         .arg(slices.to_string());
+    if let Some((a, bf16)) = affine {
+        command
+            .args([a.bits.to_string(), a.group.to_string()])
+            .arg(file("scales.bin", bytemuck::cast_slice(a.scales)))
+            .arg(file("biases.bin", bytemuck::cast_slice(a.biases)))
+            .arg(if bf16 { "bf16" } else { "f32" });
+    }
     products_of(command)
 }
 
@@ -259,6 +274,7 @@ fn each_block_type_multiplies_as_its_dequantized_values_on_the_host_tensor_cores
                         &blocks,
                         &x,
                         slices,
+                        None,
                     );
                     let what = format!(
                         "tensor cores, {dtype}, {cols} values, activations ×{magnitude}, {slices} slices"
@@ -270,6 +286,38 @@ fn each_block_type_multiplies_as_its_dequantized_values_on_the_host_tensor_cores
     }
 }
 
+/// `n` random MLX affine codes of `bits` bits (packed least significant
+/// bit first in 32-bit words, as bytes) with a scale and a bias for each
+/// `group` of them, seeded.
+fn affine_rows(bits: usize, group: usize, n: usize, seed: u64) -> (Vec<u8>, Vec<f32>, Vec<f32>) {
+    let mut codes = random_blocks(GgufDtype::Q8_0, n * bits / 8 / 34 + 1, seed);
+    codes.truncate(n * bits / 8);
+    let groups = n / group;
+    let scales = activations(groups, seed + 1)
+        .iter()
+        .map(|v| v * 0.01)
+        .collect();
+    let biases = activations(groups, seed + 2)
+        .iter()
+        .map(|v| v * 0.05)
+        .collect();
+    (codes, scales, biases)
+}
+
+/// The values of affine rows: value i is code i (bits·i LSB first in
+/// 32-bit words) times its group's scale plus its bias.
+fn affine_values(codes: &[u8], a: Affine<'_>) -> Vec<f32> {
+    (0..codes.len() * 8 / a.bits)
+        .map(|i| {
+            let bit = i * a.bits;
+            let word =
+                u32::from_le_bytes(codes[bit / 32 * 4..bit / 32 * 4 + 4].try_into().unwrap());
+            let q = (word >> (bit % 32)) & ((1 << a.bits) - 1);
+            a.scales[i / a.group] * q as f32 + a.biases[i / a.group]
+        })
+        .collect()
+}
+
 #[test]
 fn mlx_affine_rows_multiply_as_their_values_on_the_host() {
     let dir = tempfile::tempdir().unwrap();
@@ -279,35 +327,14 @@ fn mlx_affine_rows_multiply_as_their_values_on_the_host() {
     for bits in [4, 8] {
         for group in [32, 64, 128] {
             seed += 1;
-            let codes = random_blocks(GgufDtype::Q8_0, rows * cols * bits / 8 / 34 + 1, seed);
-            let codes = &codes[..rows * cols * bits / 8];
-            let groups = rows * cols / group;
-            let scales: Vec<f32> = activations(groups, seed + 1)
-                .iter()
-                .map(|v| v * 0.01)
-                .collect();
-            let biases: Vec<f32> = activations(groups, seed + 2)
-                .iter()
-                .map(|v| v * 0.05)
-                .collect();
-            // Value i of a row: code i (bits·i LSB first in 32-bit words)
-            // times its group's scale plus its bias.
-            let values: Vec<f32> = (0..rows * cols)
-                .map(|i| {
-                    let bit = i * bits;
-                    let word = u32::from_le_bytes(
-                        codes[bit / 32 * 4..bit / 32 * 4 + 4].try_into().unwrap(),
-                    );
-                    let q = (word >> (bit % 32)) & ((1 << bits) - 1);
-                    scales[i / group] * q as f32 + biases[i / group]
-                })
-                .collect();
+            let (codes, scales, biases) = affine_rows(bits, group, rows * cols, seed);
             let affine = Affine {
                 bits,
                 group,
                 scales: &scales,
                 biases: &biases,
             };
+            let values = affine_values(&codes, affine);
             for bf16 in [false, true] {
                 let x = activations(cols, seed + 3);
                 let x = if bf16 { bfloat16_values(&x) } else { x };
@@ -315,13 +342,71 @@ fn mlx_affine_rows_multiply_as_their_values_on_the_host() {
                     (&driver, dir.path()),
                     7,
                     (rows, cols),
-                    codes,
+                    &codes,
                     (&x, bf16),
                     Some(affine),
                 );
                 let what =
                     format!("{bits}-bit affine, group {group}, bfloat16 activations: {bf16}");
                 assert_close(&ours, &values, &x, &what);
+            }
+        }
+    }
+}
+
+#[test]
+fn mlx_affine_rows_multiply_as_their_values_on_the_host_tensor_cores() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = format!("{}{}", weight_rows_source(), tensor_core_source());
+    let driver = build(dir.path(), "tiles", &source);
+    let rows = 32;
+    let mut seed = 300;
+    for bits in [4, 8] {
+        for group in [32, 64, 128] {
+            // One group a row (a single unit, so that some of 3 slices
+            // have none), 1B's and 12B's hidden sizes.
+            for cols in [group, 1152, 3840] {
+                seed += 1;
+                let (codes, scales, biases) = affine_rows(bits, group, rows * cols, seed);
+                // Scales and biases as the GPU's bfloat16 models hold them,
+                // and as floats.
+                for bf16 in [true, false] {
+                    let (scales, biases) = if bf16 {
+                        (bfloat16_values(&scales), bfloat16_values(&biases))
+                    } else {
+                        (scales.clone(), biases.clone())
+                    };
+                    let affine = Affine {
+                        bits,
+                        group,
+                        scales: &scales,
+                        biases: &biases,
+                    };
+                    let values = affine_values(&codes, affine);
+                    for magnitude in [1.0f32, 3.0e4, 1.0e-3] {
+                        let x: Vec<f32> = activations(cols, seed + 3)
+                            .iter()
+                            .map(|v| v * magnitude)
+                            .collect();
+                        let x = bfloat16_values(&x);
+                        for slices in [1, 3] {
+                            let ours = tile_products(
+                                (&driver, dir.path()),
+                                7,
+                                (rows, cols),
+                                &codes,
+                                &x,
+                                slices,
+                                Some((affine, bf16)),
+                            );
+                            let what = format!(
+                                "tensor cores, {bits}-bit affine, group {group}, {cols} values, \
+                                 bfloat16 scales: {bf16}, activations ×{magnitude}, {slices} slices"
+                            );
+                            assert_close(&ours, &values, &x, &what);
+                        }
+                    }
+                }
             }
         }
     }

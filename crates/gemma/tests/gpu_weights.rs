@@ -219,6 +219,45 @@ fn gguf_rows_multiply_one_row_on_the_tensor_cores_as_their_values_do() {
     }
 }
 
+#[test]
+fn mlx_affine_rows_multiply_one_row_on_the_tensor_cores_as_their_values_do() {
+    if !on_gpu() {
+        return;
+    }
+    // Tiles of 16 rows and bfloat16 activations take the tensor-core GEMV
+    // where GEMMA_MLX_TENSOR_CORES names `affine` (not by default), the
+    // scalar one otherwise; both against MLX's own dequantization.
+    let key = random::key(7).unwrap();
+    let (rows, cols) = (48, 2048);
+    let w = random::normal(&[rows, cols], Dtype::Float32, 0.0, 0.05, Some(&key))
+        .unwrap()
+        .astype(Dtype::Bfloat16)
+        .unwrap();
+    let x = random::normal(&[1, 1, cols], Dtype::Float32, 0.0, 1.0, Some(&key))
+        .unwrap()
+        .astype(Dtype::Bfloat16)
+        .unwrap();
+    for bits in [4, 8] {
+        for group in [32, 64, 128] {
+            let q = quantize(&w, group, bits).unwrap();
+            let dense = floats(&q.dequantize().unwrap());
+            let linear = Linear::Quantized(q);
+            let affine = WeightRows::of(&linear, Dtype::Bfloat16)
+                .unwrap()
+                .expect("affine rows");
+            let ours = floats(&rows_gemv(&x, &affine).unwrap());
+            for (r, (exact, scale)) in host_products(&dense, &floats(&x)).into_iter().enumerate() {
+                let gap = (f64::from(ours[r]) - exact).abs();
+                assert!(
+                    gap <= 1e-2 * scale,
+                    "{bits} bits, group {group}, row {r}: {} against {exact}",
+                    ours[r]
+                );
+            }
+        }
+    }
+}
+
 /// A projection of `rows` × `cols` random blocks of `dtype`, and the same
 /// values dequantized into a dense bfloat16 matrix.
 fn random_projection(dtype: GgufDtype, rows: usize, cols: usize, seed: u64) -> (Linear, Linear) {

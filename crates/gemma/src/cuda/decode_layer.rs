@@ -290,7 +290,8 @@ __device__ __forceinline__ void gemma_rows(const U* w, int N, int K, const U* xs
 // The tiles of 16 rows a block takes of `tiles` (tile i to block i mod G),
 // in rounds of at most WARPS_: round r's tiles are `first` … `first + here
 // − 1` of the block's, each read by `slices` warps (warp w: tile w / slices,
-// units w mod slices, slices + w mod slices, …), whose sums meet in `parts`.
+// slice w mod slices of its units, as gemma_mma_tile deals them), whose sums
+// meet in `parts`.
 struct gemma_mma_round {
   int here;
   int slices;

@@ -1,6 +1,7 @@
-//! Projections of ggml blocks on the tensor cores: a warp multiplies 16
-//! rows at a time by the activations with `mma.sync` (float16 operands,
-//! float32 sums), each lane decoding its share of two rows in registers.
+//! Projections of ggml blocks and MLX affine rows on the tensor cores: a
+//! warp multiplies 16 rows at a time by the activations with `mma.sync`
+//! (float16 operands, float32 sums), each lane decoding its share of two
+//! rows in registers.
 //!
 //! The scalar readers of `weight_rows` spend about ten instructions on a
 //! weight (decode, widen, multiply-add, one lane a value), so that 12B's
@@ -26,18 +27,19 @@
 //! in range stays exact), each aligned four stored as `p, p + 2, p + 1,
 //! p + 3`, with the sum of every 16 (`gemma_mma_put4` for four of them).
 //! Test `cuda_host` runs these device functions on the host, a warp as 32
-//! threads meeting at each `mma`, against the crate's dequantizer.
+//! threads meeting at each `mma`, against the crate's dequantizer and
+//! affine rows' values `scale·q + bias`.
 
 use std::sync::OnceLock;
 
-/// The device functions: per block type a reader of a lane's share of a
-/// tile's two rows (`load` the bytes of one unit of values, `dot` them with
-/// the activations into the two rows' sums), and the tile loop
+/// The device functions: per format a reader of a lane's share of a tile's
+/// two rows (`load` the bytes of one unit of values, `dot` them with the
+/// activations into the two rows' sums), and the tile loop
 /// `gemma_mma_tile`.
 pub(super) const HEADER: &str = r#"
 // Whether format WF is read on the tensor cores: a ggml block type (1-6)
-// whose bit is set in `mask`.
-__device__ constexpr bool gemma_mma_on(int mask, int wf) { return wf >= 1 && wf <= 6 && ((mask >> wf) & 1) != 0; }
+// or MLX affine rows (7) whose bit is set in `mask`.
+__device__ constexpr bool gemma_mma_on(int mask, int wf) { return wf >= 1 && wf <= 7 && ((mask >> wf) & 1) != 0; }
 
 // D = A·B + D for one m16n8k16 step: float16 operands, float32 sums.
 #ifdef __CUDA_ARCH__
@@ -155,18 +157,25 @@ __device__ __forceinline__ float gemma_mma_sum32(const float* xsum, int group) {
   return s.x + s.y;
 }
 
-// Two steps over a group of 32 into a fresh sum c: step k takes the pairs
-// even[r][k] (positions 8t + 4k, 8t + 4k + 2 of row r) and odd[r][k]
-// (8t + 4k + 1, 8t + 4k + 3), against lane t's activations x.
-__device__ __forceinline__ void gemma_mma_group32(const unsigned int (&even)[2][2], const unsigned int (&odd)[2][2],
+// Two steps over 32 values added to the sums c: step k takes the pairs
+// even[r][k] (positions p + 4k, p + 4k + 2 of row r, p = 8t for a group of
+// 32) and odd[r][k] (p + 4k + 1, p + 4k + 3), against lane t's activations
+// x of positions p … p + 7.
+__device__ __forceinline__ void gemma_mma_steps32(const unsigned int (&even)[2][2], const unsigned int (&odd)[2][2],
                                                   const uint4& x, float (&c)[4]) {
-  c[0] = c[1] = c[2] = c[3] = 0.0f;
   #pragma unroll
   for (int k = 0; k < 2; ++k) {
     const unsigned int a[4] = {even[0][k], even[1][k], odd[0][k], odd[1][k]};
     const unsigned int b[2] = {k ? x.z : x.x, k ? x.w : x.y};
     gemma_mma_f16(c, a, b);
   }
+}
+
+// gemma_mma_steps32 over a group of 32 into a fresh sum c.
+__device__ __forceinline__ void gemma_mma_group32(const unsigned int (&even)[2][2], const unsigned int (&odd)[2][2],
+                                                  const uint4& x, float (&c)[4]) {
+  c[0] = c[1] = c[2] = c[3] = 0.0f;
+  gemma_mma_steps32(even, odd, x, c);
 }
 
 // acc[r] += scale[r]·(row r's sum) + shift[r]·X, rows g (c[0]) and g + 8 (c[2]).
@@ -177,8 +186,7 @@ __device__ __forceinline__ void gemma_mma_add(float (&acc)[2], const float (&c)[
 }
 
 // A lane's two rows of a tile (g and g + 8) as its reader loads them: their
-// first bytes and, for formats that have them, their first scales and
-// biases.
+// first bytes and, for MLX affine rows, their first scales and biases.
 template <typename S> struct gemma_mma_rows {
   const uint8_t* data[2];
   const S* scales[2];
@@ -396,6 +404,97 @@ struct gemma_mb6 {
   }
 };
 
+// MLX affine rows (format 7): a unit is one group of WG values of a row,
+// with its scale s and bias b (of S); WB-bit codes packed least significant
+// bit first in 32-bit words, value s·q + b. Lane t takes the group's values
+// (WG/4)·t … (WG/4)·(t + 1) − 1, its WORDS words of each row in one load of
+// 4, 8 or 16 bytes (two of 16 for 32 bytes; a row is K·WB/32 words, K a
+// multiple of WG, so every lane's words are aligned to their size). Each 8
+// of its values (a word of 4-bit codes, nibble i value i; two words of
+// bytes) make two steps, all of a group's steps summing into one c, to
+// which the scale applies once: Σ w·x = s·Σ (1024 + q)·x + (b − 1024·s)·Σ x.
+template <int WB, int WG, typename S> struct gemma_ma {
+  static_assert((WB == 4 || WB == 8) && (WG == 32 || WG == 64 || WG == 128),
+                "affine rows of 4 or 8 bits in groups of 32, 64 or 128");
+  static constexpr int VALUES = WG;
+  static constexpr int BYTES = WG * WB / 8;
+  static constexpr int WORDS = WG * WB / 128;
+  // About 40 registers of loads in flight (2 rows of WORDS words, a scale
+  // and a bias a unit): 6, 5, 3 or 2 units, the most that the 12B and 27B
+  // layer kernels hold without spilling (sm_90, 128 registers).
+  static constexpr int STEPS = 20 / (WORDS + 2);
+  unsigned int q[2][WORDS];
+  S scale[2];
+  S bias[2];
+  __device__ __forceinline__ void load(const gemma_mma_rows<S>& rows, int u, int t) {
+    #pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const unsigned int* w = reinterpret_cast<const unsigned int*>(rows.data[r] + u * BYTES) + WORDS * t;
+      if constexpr (WORDS == 1) {
+        q[r][0] = __ldg(w);
+      } else if constexpr (WORDS == 2) {
+        const uint2 v = __ldg(reinterpret_cast<const uint2*>(w));
+        q[r][0] = v.x;
+        q[r][1] = v.y;
+      } else {
+        #pragma unroll
+        for (int i = 0; i < WORDS / 4; ++i) {
+          const uint4 v = __ldg(reinterpret_cast<const uint4*>(w) + i);
+          q[r][4 * i] = v.x;
+          q[r][4 * i + 1] = v.y;
+          q[r][4 * i + 2] = v.z;
+          q[r][4 * i + 3] = v.w;
+        }
+      }
+      scale[r] = __ldg(rows.scales[r] + u);
+      bias[r] = __ldg(rows.biases[r] + u);
+    }
+  }
+  __device__ __forceinline__ void dot(const unsigned short* xh, const float* xsum, int u, int t,
+                                      float (&acc)[2]) const {
+    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    #pragma unroll
+    for (int j = 0; j < WG / 32; ++j) {
+      const uint4 x = *reinterpret_cast<const uint4*>(xh + WG * u + (WG / 4) * t + 8 * j);
+      unsigned int even[2][2], odd[2][2];
+      #pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        if constexpr (WB == 4) {
+          // `low` holds the word's values 0, 2, 4, 6 a byte each, `high`
+          // values 1, 3, 5, 7; two bytes spread to float16 halves 1024 + q.
+          const unsigned int low = q[r][j] & 0x0F0F0F0Fu, high = (q[r][j] >> 4) & 0x0F0F0F0Fu;
+          even[r][0] = __byte_perm(low, 0x64646464u, 0x4140);
+          odd[r][0] = __byte_perm(high, 0x64646464u, 0x4140);
+          even[r][1] = __byte_perm(low, 0x64646464u, 0x4342);
+          odd[r][1] = __byte_perm(high, 0x64646464u, 0x4342);
+        } else {
+          #pragma unroll
+          for (int k = 0; k < 2; ++k) {
+            even[r][k] = gemma_h_even(q[r][2 * j + k]);
+            odd[r][k] = gemma_h_odd(q[r][2 * j + k]);
+          }
+        }
+      }
+      gemma_mma_steps32(even, odd, x, c);
+    }
+    float X;
+    if constexpr (WG == 32) {
+      X = gemma_mma_sum32(xsum, u);
+    } else {
+      const float4* s = reinterpret_cast<const float4*>(xsum + (WG / 16) * u);
+      const float4 a = s[0];
+      X = (a.x + a.y) + (a.z + a.w);
+      if constexpr (WG == 128) {
+        const float4 b = s[1];
+        X += (b.x + b.y) + (b.z + b.w);
+      }
+    }
+    const float s0 = static_cast<float>(scale[0]), s1 = static_cast<float>(scale[1]);
+    gemma_mma_add(acc, c, s0, s1, fmaf(-1024.0f, s0, static_cast<float>(bias[0])),
+                  fmaf(-1024.0f, s1, static_cast<float>(bias[1])), X);
+  }
+};
+
 template <int WF, int WB, int WG, typename S> struct gemma_mma_reader;
 template <int WB, int WG, typename S> struct gemma_mma_reader<1, WB, WG, S> { using type = gemma_mb32<1>; };
 template <int WB, int WG, typename S> struct gemma_mma_reader<2, WB, WG, S> { using type = gemma_mb32<2>; };
@@ -403,14 +502,16 @@ template <int WB, int WG, typename S> struct gemma_mma_reader<3, WB, WG, S> { us
 template <int WB, int WG, typename S> struct gemma_mma_reader<4, WB, WG, S> { using type = gemma_mbk<4>; };
 template <int WB, int WG, typename S> struct gemma_mma_reader<5, WB, WG, S> { using type = gemma_mbk<5>; };
 template <int WB, int WG, typename S> struct gemma_mma_reader<6, WB, WG, S> { using type = gemma_mb6; };
+template <int WB, int WG, typename S> struct gemma_mma_reader<7, WB, WG, S> { using type = gemma_ma<WB, WG, S>; };
 
-// Rows row0 … row0 + 15 (format WF, K values each; WB, WG, `scales` and
-// `biases` for formats that have them) dotted with the activations `xh`
-// (gemma_mma_put4's float16 values, with the sums of each 16 in `xsum`)
-// over units (blocks) slice, slice + slices, …, added to acc[0] (row row0 +
-// g) and acc[1] (row row0 + g + 8): every lane of group g holds the same two
-// sums. The loads of STEPS units are in flight before any is used. All 32
-// lanes must take part.
+// Rows row0 … row0 + 15 (format WF, K values each; for MLX affine rows WB
+// bits and groups of WG with their `scales` and `biases`, unused by the
+// other formats) dotted with the activations `xh` (gemma_mma_put4's
+// float16 values, with the sums of each 16 in `xsum`) over the units
+// (blocks or groups) of slice `slice` of `slices`, added to acc[0] (row
+// row0 + g) and acc[1] (row row0 + g + 8): every lane of group g holds the
+// same two sums. The loads of STEPS units are in flight before any is used.
+// All 32 lanes must take part.
 template <int WF, int WB, int WG, typename S>
 __device__ __forceinline__ void gemma_mma_tile(const void* data, const S* scales, const S* biases, size_t row0,
                                                int K, int slice, int slices, const unsigned short* xh,
@@ -420,24 +521,35 @@ __device__ __forceinline__ void gemma_mma_tile(const void* data, const S* scales
   const int units = K / R::VALUES;
   const size_t row_bytes = static_cast<size_t>(units) * R::BYTES;
   const uint8_t* first = reinterpret_cast<const uint8_t*>(data) + (row0 + g) * row_bytes;
-  const gemma_mma_rows<S> rows{{first, first + 8 * row_bytes}, {scales, scales}, {biases, biases}};
-  for (int u0 = slice; u0 < units; u0 += slices * R::STEPS) {
+  // Affine rows have one scale and one bias a unit.
+  const size_t at = WF == 7 ? (row0 + g) * static_cast<size_t>(units) : 0, next = WF == 7 ? 8 * units : 0;
+  const gemma_mma_rows<S> rows{
+      {first, first + 8 * row_bytes}, {scales + at, scales + at + next}, {biases + at, biases + at + next}};
+  // A warp's STEPS units at a time: every slices-th unit, or for affine
+  // rows (small units) STEPS consecutive ones, whose addresses then differ
+  // by constants (one address computation a round, not one a unit).
+  constexpr bool RUNS = WF == 7;
+  const int apart = RUNS ? 1 : slices;
+  for (int u0 = RUNS ? slice * R::STEPS : slice; u0 < units; u0 += slices * R::STEPS) {
     R w[R::STEPS];
     #pragma unroll
     for (int s = 0; s < R::STEPS; ++s) {
-      if (u0 + s * slices < units) w[s].load(rows, u0 + s * slices, t);
+      if (u0 + s * apart < units) w[s].load(rows, u0 + s * apart, t);
     }
     #pragma unroll
     for (int s = 0; s < R::STEPS; ++s) {
-      if (u0 + s * slices < units) w[s].dot(xh, xsum, u0 + s * slices, t, acc);
+      if (u0 + s * apart < units) w[s].dot(xh, xsum, u0 + s * apart, t, acc);
     }
   }
 }
 "#;
 
-/// The ggml block types (`weight_rows`' format numbers) whose projections
-/// run on the tensor cores unless `GEMMA_MLX_TENSOR_CORES` says otherwise,
-/// in models of at least [`MIN_HIDDEN_FOR_TENSOR_CORES`] values a token.
+/// The formats (by their names in [`FORMAT_NAMES`]) whose projections run
+/// on the tensor cores unless `GEMMA_MLX_TENSOR_CORES` says otherwise, in
+/// models of at least [`MIN_HIDDEN_FOR_TENSOR_CORES`] values a token. MLX
+/// affine rows (`affine`) are not among them: their reader is checked on
+/// the host and compiled for sm_90, but no GPU has timed it against the
+/// scalar reader yet.
 const DEFAULT_FORMATS: &[&str] = &["q4_k", "q5_k", "q6_k"];
 
 /// The hidden size from which the tensor cores take [`DEFAULT_FORMATS`] by
@@ -448,11 +560,11 @@ const DEFAULT_FORMATS: &[&str] = &["q4_k", "q5_k", "q6_k"];
 /// small matrices leave too few 16-row tiles per block to pay for them.
 const MIN_HIDDEN_FOR_TENSOR_CORES: i32 = 2048;
 
-/// The block types whose projections run on the tensor cores in a model
-/// of `hidden` values a token, as a mask of format numbers (bit `f` for
-/// format `f`): those `GEMMA_MLX_TENSOR_CORES` names (comma-separated ggml
-/// type names such as `q4_k,q6_k`; `none` for the scalar readers of
-/// `weight_rows` only), else [`DEFAULT_FORMATS`] from
+/// The formats whose projections run on the tensor cores in a model of
+/// `hidden` values a token, as a mask of format numbers (bit `f` for format
+/// `f`): those `GEMMA_MLX_TENSOR_CORES` names (comma-separated names of
+/// [`FORMAT_NAMES`] such as `q4_k,q6_k,affine`; `none` for the scalar
+/// readers of `weight_rows` only), else [`DEFAULT_FORMATS`] from
 /// [`MIN_HIDDEN_FOR_TENSOR_CORES`] and none below. Unknown names are
 /// ignored.
 pub(super) fn tensor_core_formats(hidden: i32) -> i32 {
@@ -465,7 +577,8 @@ pub(super) fn tensor_core_formats(hidden: i32) -> i32 {
 /// of `hidden` values a token (the host's side of the kernels'
 /// `gemma_mma_on`).
 pub(super) fn reads_on_tensor_cores(format: i32, hidden: i32) -> bool {
-    (1..=6).contains(&format) && tensor_core_formats(hidden) & (1 << format) != 0
+    (1..=FORMAT_NAMES.len() as i32).contains(&format)
+        && tensor_core_formats(hidden) & (1 << format) != 0
 }
 
 /// The mask of [`tensor_core_formats`] for a `GEMMA_MLX_TENSOR_CORES` value
@@ -487,8 +600,9 @@ fn formats_mask(chosen: Option<&str>, hidden: i32) -> i32 {
         .fold(0, |mask, i| mask | 1 << (i + 1))
 }
 
-/// The ggml type names of formats 1 to 6.
-const FORMAT_NAMES: [&str; 6] = ["q4_0", "q5_0", "q8_0", "q4_k", "q5_k", "q6_k"];
+/// The names of formats 1 to 7 in `GEMMA_MLX_TENSOR_CORES`: ggml's block
+/// types, then MLX affine rows.
+const FORMAT_NAMES: [&str; 7] = ["q4_0", "q5_0", "q8_0", "q4_k", "q5_k", "q6_k", "affine"];
 
 /// The tensor-core device functions, for tools and tests that compile them (after
 /// `weight_rows`' header, which they use).
@@ -514,6 +628,19 @@ mod tests {
         assert_eq!(
             formats_mask(Some("q4_0,q5_0,q8_0,q4_k,q5_k,q6_k"), 1152),
             0b111_1110
+        );
+    }
+
+    #[test]
+    fn mlx_affine_rows_take_the_tensor_cores_only_when_named() {
+        // Bit 7: off by default at every size, on where named, beside the
+        // K-quants or alone.
+        assert_eq!(formats_mask(None, 3840) & 1 << 7, 0);
+        assert_eq!(formats_mask(None, 1152) & 1 << 7, 0);
+        assert_eq!(formats_mask(Some("affine"), 1152), 1 << 7);
+        assert_eq!(
+            formats_mask(Some("q4_k,q5_k,q6_k, Affine"), 3840),
+            0b1111_0000
         );
     }
 }

@@ -221,7 +221,8 @@ pub fn rows_gemv(x: &Array, w: &WeightRows<'_>) -> mlx_core::Result<Array> {
     }
     let unused = mlx_core::zeros(&[1], dtype)?;
     let [data, scales, biases] = w.inputs(&unused);
-    // 16 rows a warp on the tensor cores (ggml blocks, 2-byte activations).
+    // 16 rows a warp on the tensor cores (ggml blocks or affine rows,
+    // 2-byte activations).
     let mma = mma_rows::reads_on_tensor_cores(w.format, w.cols)
         && dtype.size_bytes() == 2
         && w.rows % 16 == 0

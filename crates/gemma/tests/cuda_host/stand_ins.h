@@ -12,6 +12,7 @@
 struct uint4 { unsigned int x, y, z, w; };
 struct uint2 { unsigned int x, y; };
 struct float2 { float x, y; };
+struct float4 { float x, y, z, w; };
 inline uint2 make_uint2(unsigned int x, unsigned int y) { return uint2{x, y}; }
 
 struct __half { unsigned short bits; };

@@ -1,13 +1,19 @@
-// Multiplies rows of ggml blocks by a row of bfloat16 activations as the
-// layer kernel's tensor-core path does: the activations made float16
-// operands (gemma_mma_put4, one power-of-two scale, sums of each 16), then
-// every tile of 16 rows by a warp of 32 host threads (gemma_mma_tile),
-// its units dealt to SLICES warps whose sums are added in order.
-// Usage: tiles FORMAT ROWS K ROWS_FILE X_FILE SLICES > one product per
-// line. Fails (status 3) where the lanes of a group disagree.
+// Multiplies rows of ggml blocks or MLX affine rows by a row of bfloat16
+// activations as the layer kernel's tensor-core path does: the activations
+// made float16 operands (gemma_mma_put4, one power-of-two scale, sums of
+// each 16), then every tile of 16 rows by a warp of 32 host threads
+// (gemma_mma_tile), its units dealt to SLICES warps whose sums are added in
+// order.
+// Usage: tiles FORMAT ROWS K ROWS_FILE X_FILE SLICES [BITS GROUP SCALES
+// BIASES TYPE] (the five for affine rows, format 7: scales and biases as
+// float files, entering as TYPE, `bf16` or `f32`; bfloat16 ones must be
+// bfloat16 values) > one product per line. Fails (status 3) where the lanes
+// of a group disagree.
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "driver_files.h"
@@ -66,9 +72,55 @@ static int products(const uint8_t* w, int rows, int k, std::vector<__nv_bfloat16
   return 0;
 }
 
+// The floats of file `path` as S (bfloat16 ones must be bfloat16 values).
+template <typename S>
+static std::vector<S> read_as(const char* path) {
+  const std::vector<unsigned char> b = read_all(path, 0);
+  std::vector<S> out(b.size() / 4);
+  for (size_t i = 0; i < out.size(); ++i) {
+    unsigned int bits;
+    std::memcpy(&bits, b.data() + 4 * i, 4);
+    if constexpr (std::is_same_v<S, __nv_bfloat16>) {
+      if (bits & 0xFFFFu) { std::fprintf(stderr, "%s: value %zu is not a bfloat16 value\n", path, i); std::exit(2); }
+      out[i].bits = static_cast<unsigned short>(bits >> 16);
+    } else {
+      std::memcpy(&out[i], &bits, 4);
+    }
+  }
+  return out;
+}
+
+// The products of affine rows (argv as main's, the affine arguments at 7-10)
+// with scales and biases of S.
+template <int WB, typename S>
+static int affine(const uint8_t* w, int rows, int k, std::vector<__nv_bfloat16>& xs, int slices, char** argv) {
+  const int group = std::atoi(argv[8]);
+  const std::vector<S> scales = read_as<S>(argv[9]), biases = read_as<S>(argv[10]);
+  if (k % group != 0 || scales.size() != static_cast<size_t>(rows) * (k / group) || biases.size() != scales.size()) {
+    std::fprintf(stderr, "%d rows of %d values in groups of %d need as many scales and biases\n", rows, k, group);
+    return 2;
+  }
+  switch (group) {
+    case 32: return products<7, WB, 32>(w, rows, k, xs, slices, scales.data(), biases.data());
+    case 64: return products<7, WB, 64>(w, rows, k, xs, slices, scales.data(), biases.data());
+    case 128: return products<7, WB, 128>(w, rows, k, xs, slices, scales.data(), biases.data());
+    default: std::fprintf(stderr, "group %d\n", group); return 2;
+  }
+}
+
+// `affine` for the bits of argv[7].
+template <typename S>
+static int affine_bits(const uint8_t* w, int rows, int k, std::vector<__nv_bfloat16>& xs, int slices, char** argv) {
+  switch (std::atoi(argv[7])) {
+    case 4: return affine<4, S>(w, rows, k, xs, slices, argv);
+    case 8: return affine<8, S>(w, rows, k, xs, slices, argv);
+    default: std::fprintf(stderr, "bits %s\n", argv[7]); return 2;
+  }
+}
+
 int main(int argc, char** argv) {
-  if (argc != 7) {
-    std::fprintf(stderr, "usage: tiles FORMAT ROWS K ROWS_FILE X_FILE SLICES\n");
+  if (argc != 7 && argc != 12) {
+    std::fprintf(stderr, "usage: tiles FORMAT ROWS K ROWS_FILE X_FILE SLICES [BITS GROUP SCALES BIASES TYPE]\n");
     return 2;
   }
   const int format = std::atoi(argv[1]), rows = std::atoi(argv[2]), k = std::atoi(argv[3]);
@@ -98,6 +150,12 @@ int main(int argc, char** argv) {
     case 4: return products<4>(w, rows, k, xs, slices);
     case 5: return products<5>(w, rows, k, xs, slices);
     case 6: return products<6>(w, rows, k, xs, slices);
+    case 7:
+      if (argc != 12) { std::fprintf(stderr, "affine rows need BITS GROUP SCALES BIASES TYPE\n"); return 2; }
+      if (std::strcmp(argv[11], "bf16") == 0) return affine_bits<__nv_bfloat16>(w, rows, k, xs, slices, argv);
+      if (std::strcmp(argv[11], "f32") == 0) return affine_bits<float>(w, rows, k, xs, slices, argv);
+      std::fprintf(stderr, "scale type %s\n", argv[11]);
+      return 2;
     default: std::fprintf(stderr, "format %d has no tensor-core reader\n", format); return 2;
   }
 }
