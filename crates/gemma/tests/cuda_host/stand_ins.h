@@ -4,6 +4,8 @@
 #include <math.h>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #define __device__
@@ -140,8 +142,20 @@ inline void gemma_mma_f16(float (&c)[4], const unsigned int (&a)[4], const unsig
   w.meet();
 }
 
-// A load through the read-only cache.
-template <typename T> inline T __ldg(const T* p) { return *p; }
+// Stops the program where `p` is not aligned to `n` bytes: the GPU's loads
+// of n bytes fault on such addresses, which the host would read silently.
+inline void gemma_host_aligned(const void* p, size_t n) {
+  if (reinterpret_cast<uintptr_t>(p) % n != 0) {
+    std::fprintf(stderr, "misaligned access: %p is not aligned to %zu bytes\n", p, n);
+    std::abort();
+  }
+}
+
+// A load through the read-only cache (aligned to its size, as on the GPU).
+template <typename T> inline T __ldg(const T* p) {
+  gemma_host_aligned(p, sizeof(T));
+  return *p;
+}
 
 // A block's barrier: the host runs no block-wide code, only compiles it.
 inline void __syncthreads() {}
