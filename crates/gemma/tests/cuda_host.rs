@@ -238,6 +238,33 @@ fn tile_products(
     products_of(command)
 }
 
+/// The tensor-core driver's products of `data` (rows of CUDA format
+/// `format` whose exact values are `values`) held to `values` against
+/// seeded activations of very different sizes (the float16 operands' scale
+/// follows the largest), each tile's units dealt to one warp and to three.
+fn assert_tiles_close(
+    driver: (&Path, &Path),
+    format: i32,
+    (rows, cols): (usize, usize),
+    (data, values): (&[u8], &[f32]),
+    seed: u64,
+    affine: Option<(Affine<'_>, bool)>,
+    what: &str,
+) {
+    for magnitude in [1.0f32, 3.0e4, 1.0e-3] {
+        let x: Vec<f32> = activations(cols, seed)
+            .iter()
+            .map(|v| v * magnitude)
+            .collect();
+        let x = bfloat16_values(&x);
+        for slices in [1, 3] {
+            let ours = tile_products(driver, format, (rows, cols), data, &x, slices, affine);
+            let what = format!("{what}, activations ×{magnitude}, {slices} slices");
+            assert_close(&ours, values, &x, &what);
+        }
+    }
+}
+
 #[test]
 fn each_block_type_multiplies_as_its_dequantized_values_on_the_host_tensor_cores() {
     let dir = tempfile::tempdir().unwrap();
@@ -258,30 +285,15 @@ fn each_block_type_multiplies_as_its_dequantized_values_on_the_host_tensor_cores
             seed += 1;
             let blocks = random_blocks(dtype, rows * cols / block, seed);
             let values = dequantize(dtype, &blocks).unwrap();
-            // Activations of very different sizes: the float16 operands'
-            // scale follows the largest.
-            for magnitude in [1.0f32, 3.0e4, 1.0e-3] {
-                let x: Vec<f32> = activations(cols, seed)
-                    .iter()
-                    .map(|v| v * magnitude)
-                    .collect();
-                let x = bfloat16_values(&x);
-                for slices in [1, 3] {
-                    let ours = tile_products(
-                        (&driver, dir.path()),
-                        format,
-                        (rows, cols),
-                        &blocks,
-                        &x,
-                        slices,
-                        None,
-                    );
-                    let what = format!(
-                        "tensor cores, {dtype}, {cols} values, activations ×{magnitude}, {slices} slices"
-                    );
-                    assert_close(&ours, &values, &x, &what);
-                }
-            }
+            assert_tiles_close(
+                (&driver, dir.path()),
+                format,
+                (rows, cols),
+                (&blocks, &values),
+                seed,
+                None,
+                &format!("tensor cores, {dtype}, {cols} values"),
+            );
         }
     }
 }
@@ -383,29 +395,18 @@ fn mlx_affine_rows_multiply_as_their_values_on_the_host_tensor_cores() {
                         biases: &biases,
                     };
                     let values = affine_values(&codes, affine);
-                    for magnitude in [1.0f32, 3.0e4, 1.0e-3] {
-                        let x: Vec<f32> = activations(cols, seed + 3)
-                            .iter()
-                            .map(|v| v * magnitude)
-                            .collect();
-                        let x = bfloat16_values(&x);
-                        for slices in [1, 3] {
-                            let ours = tile_products(
-                                (&driver, dir.path()),
-                                7,
-                                (rows, cols),
-                                &codes,
-                                &x,
-                                slices,
-                                Some((affine, bf16)),
-                            );
-                            let what = format!(
-                                "tensor cores, {bits}-bit affine, group {group}, {cols} values, \
-                                 bfloat16 scales: {bf16}, activations ×{magnitude}, {slices} slices"
-                            );
-                            assert_close(&ours, &values, &x, &what);
-                        }
-                    }
+                    assert_tiles_close(
+                        (&driver, dir.path()),
+                        7,
+                        (rows, cols),
+                        (&codes, &values),
+                        seed + 3,
+                        Some((affine, bf16)),
+                        &format!(
+                            "tensor cores, {bits}-bit affine, group {group}, {cols} values, \
+                             bfloat16 scales: {bf16}"
+                        ),
+                    );
                 }
             }
         }

@@ -135,14 +135,12 @@ int main(int argc, char** argv) {
   uint8_t* w = storage.data();
   while (reinterpret_cast<size_t>(w) % 16) ++w;
   std::memcpy(w, raw.data(), raw.size());
-  const std::vector<unsigned char> xb = read_all(argv[5], 0);
-  std::vector<__nv_bfloat16> xs(k + 8);
-  for (int i = 0; i < k; ++i) {
-    unsigned int bits;
-    std::memcpy(&bits, xb.data() + 4 * i, 4);
-    if (bits & 0xFFFFu) { std::fprintf(stderr, "activation %d is not a bfloat16 value\n", i); return 2; }
-    xs[i].bits = static_cast<unsigned short>(bits >> 16);
+  std::vector<__nv_bfloat16> xs = read_as<__nv_bfloat16>(argv[5]);
+  if (xs.size() != static_cast<size_t>(k)) {
+    std::fprintf(stderr, "%s: %zu activations for rows of %d values\n", argv[5], xs.size(), k);
+    return 2;
   }
+  xs.resize(k + 8);
   switch (format) {
     case 1: return products<1>(w, rows, k, xs, slices);
     case 2: return products<2>(w, rows, k, xs, slices);
